@@ -1,0 +1,110 @@
+"""The small protocol every backend satisfies, and the values that cross it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..options import ShardingOptions, Stage
+
+if TYPE_CHECKING:
+    import torch
+    from torch.distributed import ProcessGroup
+
+    from ..prepared import Prepared
+
+__all__ = [
+    "Backend",
+    "OptimizerFactory",
+    "Placement",
+    "Plan",
+    "Probe",
+    "UnsupportedOptions",
+]
+
+OptimizerFactory = Callable[[Iterable["torch.nn.Parameter"]], "torch.optim.Optimizer"]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What a backend found on this machine: usable or not, and why."""
+
+    backend: str
+    available: bool
+    reason: str = ""
+    versions: Mapping[str, str] = field(default_factory=dict)
+    features: Mapping[str, bool] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return self.available
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the job runs; ``plan`` decides from this, ``wrap`` builds on it."""
+
+    world_size: int = 1
+    rank: int = 0
+    local_world_size: int = 1
+    device: str = "cpu"
+    process_group: ProcessGroup | None = None
+
+    @property
+    def cuda(self) -> bool:
+        return self.device.startswith("cuda")
+
+    @property
+    def nnodes(self) -> int:
+        return max(1, self.world_size // max(1, self.local_world_size))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A backend's answer for some options: the exact call it will make, and any notes."""
+
+    backend: str
+    options: ShardingOptions
+    call: str
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def explain(self) -> str:
+        lines = [f"{self.backend}: {self.call}"]
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+class UnsupportedOptions(ValueError):
+    """A backend cannot serve these options here; ``reason`` says why, ``fix`` what to do."""
+
+    def __init__(self, backend: str, options: ShardingOptions | str, reason: str, fix: str = "") -> None:
+        text = f"{backend} cannot serve '{options}' here: {reason}"
+        super().__init__(f"{text}. {fix}" if fix else text)
+        self.backend = backend
+        self.reason = reason
+        self.fix = fix
+
+
+class Backend(Protocol):
+    """One implementation of sharded data parallelism.
+
+    ``serves`` lists the stages it can ever serve (``None`` is plain DDP); whether it can
+    serve a particular request *here* is ``probe()`` plus ``plan()``, which raises
+    :class:`UnsupportedOptions` with the reason.
+    """
+
+    name: str
+    serves: frozenset[Stage | None]
+
+    def probe(self) -> Probe: ...
+
+    def plan(self, options: ShardingOptions, placement: Placement) -> Plan: ...
+
+    def wrap(
+        self,
+        model: torch.nn.Module,
+        optimizer: OptimizerFactory,
+        plan: Plan,
+        placement: Placement,
+    ) -> Prepared: ...

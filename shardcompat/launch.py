@@ -1,0 +1,171 @@
+"""Run a function on N local ranks, and never leave the others hanging when one fails.
+
+Used by ``shardcompat train`` and by the distributed tests.  Children come from a
+forkserver that has imported torch once, so a 2-rank job starts in well under a second
+instead of importing torch in every child.  Results travel through per-rank files, which
+survive a rank being killed (a queue would not).
+"""
+
+from __future__ import annotations
+
+import datetime
+import multiprocessing
+import os
+import pickle
+import socket
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["WorkerFailed", "WorkerTimeout", "free_port", "spawn"]
+
+
+class WorkerFailed(RuntimeError):
+    """A rank raised or died; ``rank`` is the first to fail, ``details`` its traceback."""
+
+    def __init__(self, rank: int, exitcode: int | None, details: str) -> None:
+        how = f"exit code {exitcode}" if exitcode not in (None, 1) else "an exception"
+        super().__init__(f"rank {rank} failed with {how}:\n{details}".rstrip())
+        self.rank = rank
+        self.exitcode = exitcode
+        self.details = details
+
+
+class WorkerTimeout(RuntimeError):
+    """The job ran past its time limit; every rank was stopped."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class _Job:
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    world_size: int
+    port: int
+    backend: str
+    collective_timeout: float
+    threads: int
+    out: str
+    env: tuple[tuple[str, str], ...]
+
+
+def _worker(job: _Job, rank: int) -> None:
+    out = Path(job.out)
+    os.environ.update(dict(job.env))
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(job.port),
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(job.world_size),
+        LOCAL_WORLD_SIZE=str(job.world_size),
+    )
+    if sys.platform.startswith("linux"):
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(job.threads)
+    try:
+        if job.backend == "nccl":
+            torch.cuda.set_device(rank % torch.cuda.device_count())
+        dist.init_process_group(
+            job.backend,
+            rank=rank,
+            world_size=job.world_size,
+            timeout=datetime.timedelta(seconds=job.collective_timeout),
+        )
+        result = job.fn(rank, job.world_size, *job.args)
+        (out / f"result-{rank}.tmp").write_bytes(pickle.dumps(result))
+        os.replace(out / f"result-{rank}.tmp", out / f"result-{rank}.pkl")
+    except BaseException:
+        (out / f"error-{rank}.txt").write_text(traceback.format_exc())
+        raise
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _context() -> Any:
+    method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+    ctx = multiprocessing.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload(["torch", "torch.distributed", "shardcompat"])
+    return ctx
+
+
+def spawn(
+    fn: Callable[..., Any],
+    nprocs: int = 2,
+    args: Sequence[Any] = (),
+    *,
+    backend: str = "gloo",
+    timeout: float = 600.0,
+    collective_timeout: float = 60.0,
+    grace: float = 5.0,
+    env: dict[str, str] | None = None,
+) -> list[Any]:
+    """Run ``fn(rank, world_size, *args)`` on ``nprocs`` ranks; return each rank's result.
+
+    ``fn`` must be importable (a module-level function).  The process group is set up
+    before ``fn`` runs (``collective_timeout`` bounds every collective) and torn down after.
+    When a rank fails, the others get ``grace`` seconds to notice and are then killed, and
+    :class:`WorkerFailed` names the first rank that failed.  ``timeout`` bounds the whole job.
+    """
+    ctx = _context()
+    threads = max(1, (os.cpu_count() or 1) // nprocs)
+    with tempfile.TemporaryDirectory(prefix="shardcompat-") as out:
+        job = _Job(
+            fn, tuple(args), nprocs, free_port(), backend, collective_timeout, threads, out,
+            tuple((env or {}).items()),
+        )
+        procs = [ctx.Process(target=_worker, args=(job, rank), daemon=False) for rank in range(nprocs)]
+        for proc in procs:
+            proc.start()
+        try:
+            _supervise(procs, Path(out), timeout, grace)
+        finally:
+            for proc in procs:
+                if proc.is_alive():
+                    proc.kill()
+                proc.join(5)
+        return [pickle.loads((Path(out) / f"result-{r}.pkl").read_bytes()) for r in range(nprocs)]
+
+
+def _supervise(procs: list[Any], out: Path, timeout: float, grace: float) -> None:
+    deadline = time.monotonic() + timeout
+    failed_at: float | None = None
+    first: tuple[int, int | None] | None = None
+    while any(p.is_alive() for p in procs):
+        now = time.monotonic()
+        for rank, proc in enumerate(procs):
+            if first is None and proc.exitcode not in (None, 0):
+                first, failed_at = (rank, proc.exitcode), now
+        if failed_at is not None and now - failed_at > grace:
+            break
+        if now > deadline:
+            for proc in procs:
+                proc.kill()
+            raise WorkerTimeout(f"the job ran past its {timeout:.0f} s limit; all ranks were stopped")
+        time.sleep(0.02)
+    if first is None:
+        first = next(((r, p.exitcode) for r, p in enumerate(procs) if p.exitcode not in (None, 0)), None)
+    if first is not None:
+        # The rank that raised first is the cause; the others often fail after it.
+        errors = sorted(out.glob("error-*.txt"), key=lambda f: f.stat().st_mtime)
+        rank = int(errors[0].stem.split("-")[1]) if errors else first[0]
+        code = procs[rank].exitcode
+        error = out / f"error-{rank}.txt"
+        details = error.read_text() if error.exists() else "(no traceback: the process was killed)"
+        raise WorkerFailed(rank, code, details)

@@ -1,0 +1,144 @@
+"""``Prepared``: the one object a training loop uses, whatever backend is underneath."""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .options import ShardingOptions
+
+if TYPE_CHECKING:
+    from .backends import Placement, Plan
+
+__all__ = ["Prepared"]
+
+
+class Prepared(abc.ABC):
+    """A wrapped model with its sharded optimizer; the same surface on every backend.
+
+    ``model`` is what you call (the wrapped model), ``module`` the original, unwrapped model
+    (parameter names as you wrote them), ``optimizer`` the optimizer built on the shards.
+    Methods marked *collective* must be called on every rank.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: torch.nn.Module,
+        module: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        plan: Plan,
+        placement: Placement,
+        scaler: Any = None,
+    ) -> None:
+        self.model = model
+        self.module = module
+        self.optimizer = optimizer
+        self.plan = plan
+        self.placement = placement
+        self.scaler = scaler
+        self.step_count = 0
+
+    @property
+    def backend(self) -> str:
+        return self.plan.backend
+
+    @property
+    def options(self) -> ShardingOptions:
+        return self.plan.options
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.model(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"Prepared(backend={self.backend!r}, options='{self.options}')"
+
+    # ------------------------------------------------------------------ training step
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """``loss.backward()``, scaled when fp16 needs a grad scaler."""
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+
+    def step(self) -> None:
+        """``optimizer.step()``, through the grad scaler when there is one."""
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.step_count += 1
+
+    def no_sync(self) -> contextlib.AbstractContextManager[Any]:
+        """Skip gradient synchronisation (gradient accumulation); the next backward syncs."""
+        no_sync = getattr(self.model, "no_sync", None)
+        return no_sync() if no_sync is not None else contextlib.nullcontext()
+
+    @abc.abstractmethod
+    def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
+        """Clip by the global norm over all shards (collective); returns the norm before clipping."""
+
+    # ------------------------------------------------------------------ state
+    @abc.abstractmethod
+    def full_state_dict(self, *, rank0_only: bool = True) -> dict[str, torch.Tensor]:
+        """Full model state keyed by the original names, on CPU (collective).
+
+        With ``rank0_only`` the other ranks get ``{}``.
+        """
+
+    @abc.abstractmethod
+    def optimizer_state_dict(self, *, rank0_only: bool = True) -> dict[str, Any]:
+        """Consolidated optimizer state keyed by parameter name (collective).
+
+        ``{"state": {name: {...}}, "param_groups": [{..., "params": [names]}]}``.
+        """
+
+    @abc.abstractmethod
+    def load_full_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Load a full model state (as from :meth:`full_state_dict`) on every rank (collective)."""
+
+    @abc.abstractmethod
+    def load_optimizer_state_dict(self, state: dict[str, Any]) -> None:
+        """Load a name-keyed consolidated optimizer state on every rank (collective)."""
+
+    def local_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Every tensor this rank holds for training: ``("param"|"grad"|"optim", tensor)``.
+
+        Backends whose wrapped model or optimizer hides the local shards override this;
+        the memory report counts unique storages from it.
+        """
+        for param in self.model.parameters():
+            local = param.to_local() if hasattr(param, "to_local") else param
+            yield "param", local
+            if param.grad is not None:
+                grad = param.grad
+                yield "grad", grad.to_local() if hasattr(grad, "to_local") else grad
+        for state in _local_optimizer(self.optimizer).state.values():
+            for value in state.values():
+                if isinstance(value, torch.Tensor):
+                    yield "optim", value.to_local() if hasattr(value, "to_local") else value
+
+    # ------------------------------------------------------------------ checkpoints
+    def save_checkpoint(self, path: str | Path, **extra: Any) -> Path:
+        """Write a portable checkpoint atomically (collective); see :mod:`shardcompat.checkpoint`."""
+        from .checkpoint import save_checkpoint
+
+        return save_checkpoint(self, path, **extra)
+
+    def load_checkpoint(self, path: str | Path) -> dict[str, Any]:
+        """Restore model, optimizer, step and RNG states from ``path`` (collective)."""
+        from .checkpoint import load_checkpoint
+
+        return load_checkpoint(self, path)
+
+
+def _local_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """The optimizer that really holds this rank's state (OSS and ZeRO keep one inside)."""
+    inner = getattr(optimizer, "optim", None)
+    return inner if isinstance(inner, torch.optim.Optimizer) else optimizer
