@@ -89,12 +89,11 @@ def _worker(job: _Job, rank: int) -> None:
         result = job.fn(rank, job.world_size, *job.args)
         (out / f"result-{rank}.tmp").write_bytes(pickle.dumps(result))
         os.replace(out / f"result-{rank}.tmp", out / f"result-{rank}.pkl")
+        dist.destroy_process_group()
     except BaseException:
+        # The parent reports it; exiting quietly keeps stderr to one traceback per failure.
         (out / f"error-{rank}.txt").write_text(traceback.format_exc())
-        raise
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        raise SystemExit(1) from None
 
 
 def _context() -> Any:
@@ -162,9 +161,11 @@ def _supervise(procs: list[Any], out: Path, timeout: float, grace: float) -> Non
     if first is None:
         first = next(((r, p.exitcode) for r, p in enumerate(procs) if p.exitcode not in (None, 0)), None)
     if first is not None:
-        # The rank that raised first is the cause; the others often fail after it.
+        # A rank that died without a traceback (killed) is the cause; else the rank that
+        # raised first, since the others usually fail after it with "connection closed".
         errors = sorted(out.glob("error-*.txt"), key=lambda f: f.stat().st_mtime)
-        rank = int(errors[0].stem.split("-")[1]) if errors else first[0]
+        killed = not (out / f"error-{first[0]}.txt").exists()
+        rank = first[0] if killed or not errors else int(errors[0].stem.split("-")[1])
         code = procs[rank].exitcode
         error = out / f"error-{rank}.txt"
         details = error.read_text() if error.exists() else "(no traceback: the process was killed)"

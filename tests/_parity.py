@@ -1,0 +1,236 @@
+"""Shared harness for distributed parity tests: tiny models, data, and a training loop.
+
+Every case trains the same model from the same seed on the same per-rank data; the
+reference is plain ``DistributedDataParallel`` built by hand (not through shardcompat), so
+a bug in the adapter layer cannot hide in the reference.  Cases run many configurations in
+one process group (one spawn per test module) because starting ranks is the slow part.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from shardcompat.launch import spawn
+
+FP32_TOL = 1e-5  # max abs diff of losses and final parameters against plain DDP, fp32
+STEPS = 4
+BATCH = 8  # per rank
+DIM = 16
+VOCAB = 32
+SEQ = 8
+
+
+class MLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(DIM, 32), nn.GELU(), nn.Linear(32, 32), nn.GELU(), nn.Linear(32, DIM))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class Block(nn.Module):
+    """A pre-norm transformer block (self-attention + MLP)."""
+
+    def __init__(self, dim: int = DIM, heads: int = 2) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(dim)
+        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.ln2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.ln1(x)
+        x = x + self.attn(h, h, h, need_weights=False)[0]
+        return x + self.mlp(self.ln2(x))
+
+
+class BlockModel(nn.Module):
+    """Embedding, two transformer blocks and a head: the smallest thing auto_wrap can split."""
+
+    _no_split_modules = ["Block"]  # as Hugging Face models declare it
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, DIM)
+        self.blocks = nn.Sequential(Block(), Block())
+        self.head = nn.Linear(DIM, VOCAB)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(self.blocks(self.embed(tokens)))
+
+
+MODELS: dict[str, Callable[[], nn.Module]] = {"mlp": MLP, "blocks": BlockModel}
+OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
+    "sgd": functools.partial(torch.optim.SGD, lr=0.05, momentum=0.9),
+    "adamw": functools.partial(torch.optim.AdamW, lr=1e-2, weight_decay=0.01),
+}
+
+
+def build_model(name: str, seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return MODELS[name]()
+
+
+def batch(model: str, rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rank ``rank``'s batch at ``step``: different on every rank, the same in every run."""
+    gen = torch.Generator().manual_seed(1000 * step + rank)
+    if model == "blocks":
+        tokens = torch.randint(0, VOCAB, (BATCH, SEQ + 1), generator=gen)
+        return tokens[:, :-1], tokens[:, 1:]
+    x = torch.randn(BATCH, DIM, generator=gen)
+    return x, torch.sin(x)
+
+
+def loss_fn(model: str, out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    if model == "blocks":
+        return nn.functional.cross_entropy(out.reshape(-1, VOCAB).float(), target.reshape(-1))
+    return nn.functional.mse_loss(out.float(), target)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One training run. ``options=None`` is the hand-built plain DDP reference."""
+
+    options: str | None
+    backend: str = "auto"
+    model: str = "mlp"
+    optimizer: str = "sgd"
+    steps: int = STEPS
+    clip: float | None = None
+    accumulate: int = 1
+
+    @property
+    def reference(self) -> Case:
+        return Case(None, model=self.model, optimizer=self.optimizer, steps=self.steps,
+                    clip=self.clip, accumulate=self.accumulate)
+
+
+@dataclass
+class Result:
+    losses: list[float]
+    state: dict[str, torch.Tensor] = field(default_factory=dict)
+    backend: str = ""
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def _global_mean(value: torch.Tensor) -> float:
+    value = value.detach().float().clone()
+    dist.all_reduce(value)
+    return float(value) / dist.get_world_size()
+
+
+class _Reference:
+    """Plain DDP with the same loop surface as ``Prepared``."""
+
+    def __init__(self, model: nn.Module, optimizer: str) -> None:
+        self.module = model
+        self.model = nn.parallel.DistributedDataParallel(model)
+        self.optimizer = OPTIMIZERS[optimizer](self.model.parameters())
+        self.backend = "reference-ddp"
+
+    def __call__(self, *args: Any) -> torch.Tensor:
+        return self.model(*args)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def step(self) -> None:
+        self.optimizer.step()
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad()
+
+    def no_sync(self) -> Any:
+        return self.model.no_sync()
+
+    def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
+        return nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().clone() for k, v in self.module.state_dict().items()}
+
+
+def train(case: Case, rank: int, prepare_kwargs: dict[str, Any] | None = None) -> Result:
+    """Run ``case`` on this rank; every rank must call it. State is returned on rank 0."""
+    import shardcompat
+
+    model = build_model(case.model)
+    if case.options is None:
+        runner: Any = _Reference(model, case.optimizer)
+    else:
+        runner = shardcompat.prepare(model, OPTIMIZERS[case.optimizer], case.options,
+                                     backend=case.backend, **(prepare_kwargs or {}))
+    losses: list[float] = []
+    norms: list[float] = []
+    for step in range(case.steps):
+        total = torch.zeros(())
+        for micro in range(case.accumulate):
+            x, y = batch(case.model, rank, step * case.accumulate + micro)
+            last = micro == case.accumulate - 1
+            ctx = runner.no_sync() if not last else _nullcontext()
+            with ctx:
+                loss = loss_fn(case.model, runner(x), y) / case.accumulate
+                runner.backward(loss)
+            total += loss.detach().float()
+        if case.clip is not None:
+            norms.append(float(runner.clip_grad_norm_(case.clip)))
+        runner.step()
+        runner.zero_grad()
+        losses.append(_global_mean(total))
+    state = runner.full_state_dict()
+    return Result(losses, state if rank == 0 else {}, runner.backend, {"norms": norms})
+
+
+class _nullcontext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _run_cases(rank: int, world_size: int, cases: Sequence[Case]) -> list[Result | str]:
+    """Runs on every rank; a case that raises is reported as its error text, not a crash."""
+    out: list[Result | str] = []
+    for case in cases:
+        try:
+            out.append(train(case, rank))
+        except Exception as error:  # reported per case so one failure doesn't hide the rest
+            out.append(f"{type(error).__name__}: {error}")
+            dist.barrier()
+    return out
+
+
+def run_cases(cases: Sequence[Case], nprocs: int = 2, timeout: float = 600.0) -> dict[Case, Result | str]:
+    """Train every case (and its DDP reference) in one process group; rank 0's results."""
+    every = list(dict.fromkeys([c for case in cases for c in (case.reference, case)]))
+    results = spawn(_run_cases, nprocs, (every,), timeout=timeout)[0]
+    return dict(zip(every, results))
+
+
+def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    assert a.keys() == b.keys(), f"parameter names differ: {sorted(a.keys() ^ b.keys())}"
+    return max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
+
+
+def assert_matches_ddp(results: dict[Case, Result | str], case: Case, tol: float = FP32_TOL) -> Result:
+    """Losses and final full parameters of ``case`` match its plain-DDP reference within ``tol``."""
+    got, want = results[case], results[case.reference]
+    assert isinstance(got, Result), f"{case} failed: {got}"
+    assert isinstance(want, Result), f"reference for {case} failed: {want}"
+    loss_diff = max(abs(a - b) for a, b in zip(got.losses, want.losses))
+    assert all(math.isfinite(x) for x in got.losses), got.losses
+    assert loss_diff <= tol, f"{case}: losses {got.losses} vs DDP {want.losses} (diff {loss_diff})"
+    param_diff = max_diff(got.state, want.state)
+    assert param_diff <= tol, f"{case}: final parameters differ from DDP by {param_diff}"
+    assert want.losses[-1] < want.losses[0], "the reference did not learn; the test would prove nothing"
+    return got
