@@ -12,7 +12,7 @@ import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.distributed as dist
@@ -56,7 +56,7 @@ class Block(nn.Module):
 class BlockModel(nn.Module):
     """Embedding, two transformer blocks and a head: the smallest thing auto_wrap can split."""
 
-    _no_split_modules = ["Block"]  # as Hugging Face models declare it
+    _no_split_modules: ClassVar[list[str]] = ["Block"]  # as Hugging Face models declare it
 
     def __init__(self) -> None:
         super().__init__()
