@@ -13,7 +13,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from .options import TOKENS, ShardingOptions, ShardingOptionsError, parse_options
+from .options import TOKENS, ShardingOptions, ShardingOptionsError, legacy_simple, parse_options
 
 __all__ = ["ShardedDDPAction", "add_sharded_ddp_argument", "sharded_ddp_field"]
 
@@ -47,7 +47,10 @@ class ShardedDDPAction(argparse.Action):
             with warnings.catch_warnings():
                 # Point the legacy warning at the user's script, not at argparse internals.
                 warnings.simplefilter("default", FutureWarning)
-                options = parse_options(words if words else True, stacklevel=8)
+                if words:
+                    options = parse_options(words, stacklevel=8)
+                else:
+                    options = legacy_simple(f"the bare {option_string or self.dest} flag", 7)
         except ShardingOptionsError as error:
             parser.error(f"argument {option_string or self.dest}: {error}")
         setattr(namespace, self.dest, options)

@@ -37,6 +37,7 @@ __all__ = [
     "Stage",
     "Token",
     "Tunable",
+    "legacy_simple",
     "parse_options",
 ]
 
@@ -300,6 +301,10 @@ class Rule:
     broken: Callable[[ShardingOptions], str | None]
 
 
+def _with_stage(o: ShardingOptions) -> str:
+    return f"with '{o.stage}'" if o.stage else "on its own"
+
+
 def _simple_alone(o: ShardingOptions) -> str | None:
     if o.stage is Stage.SIMPLE:
         extra = _canonical_words(None, o.hybrid, o.offload, o.auto_wrap)
@@ -319,21 +324,21 @@ def _offload_needs_stage(o: ShardingOptions) -> str | None:
             "'offload' is not supported with 'zero_dp_1' (only optimizer state is sharded there); "
             "use 'zero_dp_2 offload' or 'zero_dp_3 offload'"
         )
-    what = f"'{o.stage}'" if o.stage else "on its own"
+    what = _with_stage(o)
     return f"'offload' can't work {what}; it needs 'zero_dp_2' or 'zero_dp_3', e.g. 'zero_dp_3 offload'"
 
 
 def _auto_wrap_needs_fsdp(o: ShardingOptions) -> str | None:
     if not o.auto_wrap or o.stage in _FSDP_STAGES or o.stage is Stage.SIMPLE:
         return None
-    what = f"'{o.stage}'" if o.stage else "on its own"
+    what = _with_stage(o)
     return f"'auto_wrap' can't work {what}; it needs 'zero_dp_2' or 'zero_dp_3', e.g. 'zero_dp_3 auto_wrap'"
 
 
 def _hybrid_needs_sharding(o: ShardingOptions) -> str | None:
     if not o.hybrid or o.stage in _SHARDING_STAGES or o.stage is Stage.SIMPLE:
         return None
-    what = f"'{o.stage}'" if o.stage else "on its own"
+    what = _with_stage(o)
     return f"'hybrid' can't work {what}; write 'hybrid_shard' (zero_dp_3) or 'hybrid_shard_zero2' (zero_dp_2)"
 
 
@@ -418,7 +423,7 @@ class ShardingOptions:
     backend: str = "auto"
 
     def __post_init__(self) -> None:
-        coerce = {
+        coerce: dict[str, Callable[[Any], Any]] = {
             "stage": lambda v: None if v is None else Stage(v),
             "mixed_precision": lambda v: None if v is None else Precision(v),
             "backward_prefetch": lambda v: None if v is None else Prefetch(v),
@@ -465,7 +470,7 @@ class ShardingOptions:
         map to ``shard_grad_op``, the nearest mode that shards at least as much.
         Mixed precision stays with ``--bf16``/``--fp16`` there, so it is not in the config.
         """
-        if not self:
+        if self.stage is None:
             return HfFsdp("", {})
         words = [_HF_STAGE[(self.stage, self.hybrid)]]
         words += [w for w, on in (("offload", self.offload), ("auto_wrap", self.auto_wrap)) if on]
@@ -569,11 +574,19 @@ def _normalise(word: str) -> str:
 def _legacy(value: bool, source: str, stacklevel: int) -> ShardingOptions:
     if not value:
         return ShardingOptions()
+    return legacy_simple(f"sharded_ddp={source}", stacklevel)
+
+
+def legacy_simple(source: str, stacklevel: int = 2) -> ShardingOptions:
+    """``simple``, with the ``FutureWarning`` that names the new spelling of ``source``.
+
+    ``stacklevel`` is what ``warnings.warn`` would take if the caller warned itself.
+    """
     warnings.warn(
-        f"sharded_ddp={source} is the legacy boolean form; it means 'simple'. "
+        f"{source} is the legacy boolean form; it means 'simple'. "
         "Write --sharded_ddp simple (or sharded_ddp=\"simple\") instead.",
         FutureWarning,
-        stacklevel=stacklevel,
+        stacklevel=stacklevel + 1,
     )
     return ShardingOptions(stage=Stage.SIMPLE)
 

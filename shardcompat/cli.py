@@ -1,0 +1,161 @@
+"""``shardcompat info | explain | train``: what is installed, what options become, and a real run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from .options import BACKEND_CHOICES, ShardingOptionsError, parse_options
+
+__all__ = ["build_parser", "main"]
+
+
+def _versions() -> dict[str, str | None]:
+    from importlib import metadata
+
+    found: dict[str, str | None] = {"python": platform.python_version()}
+    for dist in ("torch", "fairscale", "shardcompat"):
+        try:
+            found[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            found[dist] = None
+    return found
+
+
+def _info(args: argparse.Namespace) -> int:
+    import torch
+
+    from .backends import probe_all
+
+    probes = probe_all()
+    data: dict[str, Any] = {
+        "versions": _versions(),
+        "cuda": torch.cuda.is_available(),
+        "gpus": torch.cuda.device_count(),
+        "backends": [
+            {
+                "name": p.backend,
+                "available": p.available,
+                "reason": p.reason,
+                "versions": dict(p.versions),
+                "features": dict(p.features),
+            }
+            for p in probes
+        ],
+    }
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    for name, version in data["versions"].items():
+        print(f"{name:<12} {version or 'not installed'}")
+    print(f"{'cuda':<12} {'yes, ' + str(data['gpus']) + ' GPU(s)' if data['cuda'] else 'no'}")
+    print("\nbackends:")
+    for row in data["backends"]:
+        state = "ready" if row["available"] else "unavailable"
+        features = ", ".join(k for k, on in row["features"].items() if on)
+        detail = row["reason"] if not row["available"] else features
+        print(f"  {row['name']:<15} {state:<12} {detail}")
+    return 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from .backends import Placement, UnsupportedOptions, candidates, get, probe_all
+
+    options = parse_options(args.options)
+    placement = Placement(
+        world_size=args.nproc * args.nnodes,
+        local_world_size=args.nproc,
+        device="cuda" if args.device == "cuda" else "cpu",
+    )
+    hf = options.to_hf_fsdp()
+    rows: list[dict[str, Any]] = []
+    probes = {p.backend: p for p in probe_all()}
+    for name in candidates(args.backend if args.backend != "auto" else options.backend):
+        backend, probe = get(name), probes[name]
+        row: dict[str, Any] = {"backend": name}
+        if options.stage not in backend.serves:
+            row["reason"] = f"does not serve {options.stage or 'plain DDP'}"
+        elif not probe:
+            row["reason"] = probe.reason
+        else:
+            try:
+                plan = backend.plan(options, placement)
+                row.update(call=plan.call, notes=list(plan.notes))
+            except UnsupportedOptions as error:
+                row["reason"] = str(error)
+        rows.append(row)
+    chosen = next((r["backend"] for r in rows if "call" in r), None)
+    data = {
+        "options": str(options),
+        "sharding": bool(options),
+        "transformers_fsdp": {"fsdp": hf.fsdp, "fsdp_config": hf.fsdp_config},
+        "placement": {"world_size": placement.world_size, "nnodes": placement.nnodes, "device": placement.device},
+        "chosen": chosen,
+        "backends": rows,
+    }
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0 if chosen else 1
+    print(f"canonical:    {data['options'] or '(off: plain DDP)'}")
+    print(f"--fsdp:       {hf.fsdp or '(none)'} {json.dumps(hf.fsdp_config) if hf.fsdp_config else ''}".rstrip())
+    print(f"placement:    {placement.world_size} rank(s) on {placement.nnodes} node(s), {placement.device}")
+    print(f"chosen:       {chosen or 'none can serve these options here'}\n")
+    for row in rows:
+        mark = "*" if row["backend"] == chosen else " "
+        if "call" in row:
+            print(f"{mark} {row['backend']}:\n    {row['call']}")
+            for note in row["notes"]:
+                print(f"    note: {note}")
+        else:
+            print(f"{mark} {row['backend']}: cannot serve: {row['reason']}")
+    return 0 if chosen else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="shardcompat",
+        description="Sharded data parallel across fairscale and native PyTorch, one option grammar.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    info = sub.add_parser("info", help="versions, CUDA and which backends can run here")
+    info.add_argument("--json", action="store_true", help="print JSON")
+    info.set_defaults(run=_info)
+
+    explain = sub.add_parser("explain", help="what the options become on each backend")
+    explain.add_argument("options", help="e.g. 'zero_dp_3 offload auto_wrap'")
+    explain.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
+    explain.add_argument("--nproc", type=int, default=2, help="ranks per node to plan for (default 2)")
+    explain.add_argument("--nnodes", type=int, default=1, help="nodes to plan for (default 1)")
+    explain.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    explain.add_argument("--json", action="store_true", help="print JSON")
+    explain.set_defaults(run=_explain)
+
+    try:
+        from . import train
+    except ImportError:  # pragma: no cover - only while the training module is missing
+        train = None  # type: ignore[assignment]
+    if train is not None:
+        runner = sub.add_parser("train", help="train a small bundled GPT on local ranks")
+        train.configure_parser(runner)
+        runner.set_defaults(run=train.run)
+
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.run(args)
+    except ShardingOptionsError as error:
+        parser.exit(2, f"shardcompat {args.command}: error: {error}\n")
+    return code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
