@@ -1,0 +1,74 @@
+"""Test sessions, from the default suite to the torch x fairscale version matrix.
+
+    nox -s tests                 # the default suite (torch 2.13.0 CPU, no fairscale)
+    nox -s lint                  # ruff + mypy on the packages
+    nox -s fairscale-0.4.13      # the suite with one fairscale version installed
+    nox -s matrix                # every torch x fairscale combination
+    nox -s gpu                   # the gpu-marked tests, on a CUDA machine
+    nox -s docs                  # the docs, warnings as errors
+
+Tests skip by probed capability (with the reason), never by version string, so each
+session runs the same suite and the skips say what that combination cannot do.
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["tests", "lint"]
+nox.options.reuse_existing_virtualenvs = True
+
+DEFAULT_TORCH = "2.13.0"  # a CPU build lies on the CI machines' disk
+TORCH_VERSIONS = ["2.13.0", "2.14.1"]
+FAIRSCALE_VERSIONS = ["0.1.7", "0.3.0", "0.3.9", "0.4.0", "0.4.13"]
+
+
+def _install(session: nox.Session, torch: str = DEFAULT_TORCH, fairscale: str | None = None) -> None:
+    session.install(f"torch=={torch}")
+    session.install("-e", ".[test]")
+    if fairscale:
+        # fairscale builds from source against the installed torch.
+        session.install("setuptools<70", "wheel")
+        session.install("--no-build-isolation", f"fairscale=={fairscale}")
+
+
+def _pytest(session: nox.Session, *default: str) -> None:
+    session.run("python", "-m", "pytest", *(session.posargs or default))
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The default suite: what CI and the README run."""
+    _install(session)
+    _pytest(session)
+
+
+@nox.session
+@nox.parametrize("fairscale", FAIRSCALE_VERSIONS, ids=FAIRSCALE_VERSIONS)
+def fairscale(session: nox.Session, fairscale: str) -> None:
+    """The backend tests with one fairscale version next to torch 2.13."""
+    _install(session, fairscale=fairscale)
+    _pytest(session, "tests/backends", "tests/fairscale", "-q")
+
+
+@nox.session
+@nox.parametrize("fairscale", [None, *FAIRSCALE_VERSIONS], ids=["none", *FAIRSCALE_VERSIONS])
+@nox.parametrize("torch", TORCH_VERSIONS, ids=TORCH_VERSIONS)
+def matrix(session: nox.Session, torch: str, fairscale: str | None) -> None:
+    """Every torch x fairscale combination, the whole suite each."""
+    _install(session, torch=torch, fairscale=fairscale)
+    _pytest(session)
+
+
+@nox.session
+def gpu(session: nox.Session) -> None:
+    """The gpu-marked tests; run on a machine with CUDA (torch 2.14.1 is a CUDA build)."""
+    _install(session, torch="2.14.1")
+    _pytest(session, "-m", "gpu", "-ra")
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    session.install("ruff", "mypy", f"torch=={DEFAULT_TORCH}", "-e", ".[test]")
+    session.run("ruff", "check", "shardcompat", "codemods", "tests", "benchmarks", "noxfile.py")
+    session.run("mypy")
