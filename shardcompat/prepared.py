@@ -129,13 +129,15 @@ class Prepared(abc.ABC):
         """Write a portable checkpoint atomically (collective); see :mod:`shardcompat.checkpoint`."""
         from .checkpoint import save_checkpoint
 
-        return save_checkpoint(self, path, **extra)
+        written: Path = save_checkpoint(self, path, **extra)
+        return written
 
     def load_checkpoint(self, path: str | Path) -> dict[str, Any]:
         """Restore model, optimizer, step and RNG states from ``path`` (collective)."""
         from .checkpoint import load_checkpoint
 
-        return load_checkpoint(self, path)
+        extra: dict[str, Any] = load_checkpoint(self, path)
+        return extra
 
 
 def _local_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
