@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -107,6 +108,7 @@ class Case:
     steps: int = STEPS
     clip: float | None = None
     accumulate: int = 1
+    local_world_size: int | None = None  # what torchrun would set: 2 on a 4-rank job = 2 "nodes"
 
     @property
     def reference(self) -> Case:
@@ -159,16 +161,35 @@ class _Reference:
         return {k: v.detach().clone() for k, v in self.module.state_dict().items()}
 
 
-def train(case: Case, rank: int, prepare_kwargs: dict[str, Any] | None = None) -> Result:
-    """Run ``case`` on this rank; every rank must call it. State is returned on rank 0."""
+def sharded_units(model: nn.Module) -> int:
+    """FSDP1 instances plus ``fully_shard``-ed modules, found by torch's own classes."""
+    from torch.distributed import fsdp
+
+    kinds = tuple(k for k in (fsdp.FullyShardedDataParallel, getattr(fsdp, "FSDPModule", None)) if k)
+    return sum(isinstance(m, kinds) for m in model.modules())
+
+
+def _prepare(case: Case, model: nn.Module, prepare_kwargs: dict[str, Any] | None) -> Any:
     import shardcompat
 
+    saved = os.environ.get("LOCAL_WORLD_SIZE")
+    if case.local_world_size is not None:
+        os.environ["LOCAL_WORLD_SIZE"] = str(case.local_world_size)
+    try:
+        return shardcompat.prepare(model, OPTIMIZERS[case.optimizer], case.options,
+                                   backend=case.backend, **(prepare_kwargs or {}))
+    finally:
+        if saved is not None:
+            os.environ["LOCAL_WORLD_SIZE"] = saved
+
+
+def train(case: Case, rank: int, prepare_kwargs: dict[str, Any] | None = None) -> Result:
+    """Run ``case`` on this rank; every rank must call it. State is returned on rank 0."""
     model = build_model(case.model)
     if case.options is None:
         runner: Any = _Reference(model, case.optimizer)
     else:
-        runner = shardcompat.prepare(model, OPTIMIZERS[case.optimizer], case.options,
-                                     backend=case.backend, **(prepare_kwargs or {}))
+        runner = _prepare(case, model, prepare_kwargs)
     losses: list[float] = []
     norms: list[float] = []
     for step in range(case.steps):
@@ -187,7 +208,13 @@ def train(case: Case, rank: int, prepare_kwargs: dict[str, Any] | None = None) -
         runner.zero_grad()
         losses.append(_global_mean(total))
     state = runner.full_state_dict()
-    return Result(losses, state if rank == 0 else {}, runner.backend, {"norms": norms})
+    info = {
+        "norms": norms,
+        "units": sharded_units(runner.model),
+        "scaler": type(getattr(runner, "scaler", None)).__name__,
+        "call": getattr(getattr(runner, "plan", None), "call", ""),
+    }
+    return Result(losses, state if rank == 0 else {}, runner.backend, info)
 
 
 class _nullcontext:
@@ -222,15 +249,42 @@ def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
     return max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
 
 
-def assert_matches_ddp(results: dict[Case, Result | str], case: Case, tol: float = FP32_TOL) -> Result:
-    """Losses and final full parameters of ``case`` match its plain-DDP reference within ``tol``."""
+def ddp_diff(results: dict[Case, Result | str], case: Case) -> tuple[float, float]:
+    """``(max loss diff, max final parameter diff)`` of ``case`` against its DDP reference."""
     got, want = results[case], results[case.reference]
     assert isinstance(got, Result), f"{case} failed: {got}"
     assert isinstance(want, Result), f"reference for {case} failed: {want}"
+    assert len(got.losses) == len(want.losses) and all(math.isfinite(x) for x in got.losses), got.losses
     loss_diff = max(abs(a - b) for a, b in zip(got.losses, want.losses))
-    assert all(math.isfinite(x) for x in got.losses), got.losses
+    return loss_diff, max_diff(got.state, want.state)
+
+
+def assert_matches_ddp(results: dict[Case, Result | str], case: Case, tol: float = FP32_TOL) -> Result:
+    """Losses, clip norms and final full parameters of ``case`` match its plain-DDP reference
+    within ``tol`` (max abs diff)."""
+    loss_diff, param_diff = ddp_diff(results, case)
+    got, want = results[case], results[case.reference]
+    assert isinstance(got, Result) and isinstance(want, Result)
     assert loss_diff <= tol, f"{case}: losses {got.losses} vs DDP {want.losses} (diff {loss_diff})"
-    param_diff = max_diff(got.state, want.state)
     assert param_diff <= tol, f"{case}: final parameters differ from DDP by {param_diff}"
+    got_norms, want_norms = got.info.get("norms", []), want.info.get("norms", [])
+    assert len(got_norms) == len(want_norms), f"{case}: {len(got_norms)} clip norms vs {len(want_norms)}"
+    for a, b in zip(got_norms, want_norms):
+        assert abs(a - b) <= tol * max(1.0, abs(b)), f"{case}: clip norms {got_norms} vs DDP {want_norms}"
     assert want.losses[-1] < want.losses[0], "the reference did not learn; the test would prove nothing"
     return got
+
+
+def matrix(options: Sequence[str], backend: str, **fields: Any) -> list[Case]:
+    """Every option string on ``backend`` with each model and each optimizer."""
+    return [Case(o, backend, model=m, optimizer=opt, **fields)
+            for o in options for m in MODELS for opt in OPTIMIZERS]
+
+
+def case_id(case: Case) -> str:
+    extra = [f"{k}={getattr(case, k)}" for k in ("clip", "accumulate") if getattr(case, k) not in (None, 1)]
+    return "-".join([case.backend, repr(case.options or ""), case.model, case.optimizer, *extra])
+
+
+BF16_TOL = 5e-2  # bf16 (8-bit mantissa) against fp32 DDP over STEPS steps: loose, but it must differ
+FP16_TOL = 1e-2  # fp16 (11-bit mantissa) with a grad scaler against fp32 DDP
