@@ -294,11 +294,16 @@ _TUNABLE_FIELDS = tuple(t.field for t in TUNABLES.values() if t.key != "stage")
 
 @dataclass(frozen=True)
 class Rule:
-    """A combination rule: ``broken(options)`` returns the message when the rule is broken."""
+    """A combination rule: ``broken(options)`` returns the message when the rule is broken.
+
+    ``example`` breaks the rule (the docs show its exact error).  Rules about the words
+    themselves (two stages, a repeated setting) are checked while parsing: ``broken`` is None.
+    """
 
     id: str
     summary: str
-    broken: Callable[[ShardingOptions], str | None]
+    example: str
+    broken: Callable[[ShardingOptions], str | None] | None = None
 
 
 def _with_stage(o: ShardingOptions) -> str:
@@ -356,8 +361,8 @@ def _fsdp_tunables(o: ShardingOptions) -> str | None:
         return None
     what = f"'{o.stage}'" if o.stage else "sharding off"
     return (
-        f"{', '.join(k + '=' for k in given)} only apply to FSDP modes (zero_dp_2, zero_dp_3, "
-        f"no_shard), not {what}"
+        f"{', '.join(k + '=' for k in given)} can only be used with FSDP modes (zero_dp_2, "
+        f"zero_dp_3, no_shard), not {what}"
     )
 
 
@@ -374,13 +379,15 @@ def _reshard_consistent(o: ShardingOptions) -> str | None:
 
 
 RULES: tuple[Rule, ...] = (
-    Rule("simple-alone", "'simple' combines with no other mode word (offload, auto_wrap, hybrid).", _simple_alone),
-    Rule("offload-needs-stage", "'offload' needs zero_dp_2 or zero_dp_3 (not zero_dp_1, no_shard or nothing).", _offload_needs_stage),
-    Rule("auto-wrap-needs-fsdp", "'auto_wrap' (and wrap=, min_num_params=) need zero_dp_2, zero_dp_3 or no_shard.", _auto_wrap_needs_fsdp),
-    Rule("hybrid-needs-sharding", "'hybrid' needs zero_dp_2 or zero_dp_3.", _hybrid_needs_sharding),
-    Rule("wrap-exclusive", "'wrap=' and 'min_num_params=' exclude each other.", _wrap_exclusive),
-    Rule("fsdp-tunables", "FSDP tunables need an FSDP mode.", _fsdp_tunables),
-    Rule("reshard-consistent", "'reshard_after_forward=' must agree with the stage.", _reshard_consistent),
+    Rule("two-stages", "One stage only: two different stage words conflict.", "zero_dp_2 zero_dp_3"),
+    Rule("repeated-setting", "A key=value setting may repeat only with the same value.", "zero_dp_2 bucket_cap_mb=1 bucket_cap_mb=2"),
+    Rule("simple-alone", "'simple' combines with no other mode word (offload, auto_wrap, hybrid).", "simple offload", _simple_alone),
+    Rule("offload-needs-stage", "'offload' needs zero_dp_2 or zero_dp_3 (not zero_dp_1, no_shard or nothing).", "zero_dp_1 offload", _offload_needs_stage),
+    Rule("auto-wrap-needs-fsdp", "'auto_wrap' (and wrap=, min_num_params=) need zero_dp_2, zero_dp_3 or no_shard.", "zero_dp_1 auto_wrap", _auto_wrap_needs_fsdp),
+    Rule("hybrid-needs-sharding", "'hybrid' needs zero_dp_2 or zero_dp_3.", "no_shard hybrid", _hybrid_needs_sharding),
+    Rule("wrap-exclusive", "'wrap=' and 'min_num_params=' exclude each other.", "zero_dp_3 wrap=GPT2Block min_num_params=1e6", _wrap_exclusive),
+    Rule("fsdp-tunables", "FSDP tunables need an FSDP mode.", "simple backward_prefetch=pre", _fsdp_tunables),
+    Rule("reshard-consistent", "'reshard_after_forward=' must agree with the stage.", "zero_dp_3 reshard_after_forward=false", _reshard_consistent),
 )
 
 
@@ -436,7 +443,7 @@ class ShardingOptions:
         if (self.wrap or self.min_num_params is not None) and not self.auto_wrap:
             object.__setattr__(self, "auto_wrap", True)
         for rule in RULES:
-            message = rule.broken(self)
+            message = rule.broken(self) if rule.broken else None
             if message:
                 raise ShardingOptionsConflict(message, rule=rule.id)
 

@@ -172,8 +172,8 @@ ERRORS = [
     ("hybrid", ShardingOptionsConflict, None, r"'hybrid' can't work on its own"),
     ("no_shard hybrid", ShardingOptionsConflict, None, r"'hybrid' can't work with 'no_shard'"),
     ("zero_dp_3 wrap=Block min_num_params=10", ShardingOptionsConflict, None, r"'wrap=' and 'min_num_params=' .* keep one"),
-    ("simple backward_prefetch=pre", ShardingOptionsConflict, None, r"backward_prefetch= only apply to FSDP modes"),
-    ("limit_all_gathers=true", ShardingOptionsConflict, None, r"limit_all_gathers= only apply to FSDP modes.*sharding off"),
+    ("simple backward_prefetch=pre", ShardingOptionsConflict, None, r"backward_prefetch= can only be used with FSDP modes"),
+    ("limit_all_gathers=true", ShardingOptionsConflict, None, r"limit_all_gathers= can only be used with FSDP modes.*sharding off"),
     ("zero_dp_3 reshard_after_forward=false", ShardingOptionsConflict, None, r"is zero_dp_2: write 'zero_dp_2'"),
     ("zero_dp_2 reshard_after_forward=true", ShardingOptionsConflict, None, r"is zero_dp_3: write 'zero_dp_3'"),
     ("zero_dp_3 bucket_cap_mb=1 bucket_cap_mb=2", ShardingOptionsConflict, "bucket_cap_mb=2", r"given twice"),
@@ -272,3 +272,10 @@ def test_any_text_round_trips_or_raises_the_grammar_error(text: str) -> None:
             return
     assert parse_options(str(options)) == options
     assert str(parse_options(str(options))) == str(options)
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[r.id for r in RULES])
+def test_each_rule_example_breaks_that_rule(rule: object) -> None:
+    with pytest.raises(ShardingOptionsConflict) as caught:
+        parse_options(rule.example)  # type: ignore[attr-defined]
+    assert caught.value.rule == rule.id  # type: ignore[attr-defined]

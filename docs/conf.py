@@ -1,0 +1,32 @@
+"""Sphinx configuration; the option reference is generated from the vocabulary at build time."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE.parent))
+
+project = "shardcompat"
+extensions = ["myst_parser"]
+source_suffix = {".md": "markdown"}
+exclude_patterns = ["_build", "_generated"]
+myst_heading_anchors = 3
+suppress_warnings = ["myst.xref_missing"]
+html_theme = "alabaster"
+
+
+def _generate(_app: object) -> None:
+    from shardcompat.reference import options_reference
+
+    out = HERE / "_generated"
+    out.mkdir(exist_ok=True)
+    text = options_reference()
+    target = out / "options.md"
+    if not target.exists() or target.read_text() != text:
+        target.write_text(text)
+
+
+def setup(app: object) -> None:
+    app.connect("builder-inited", _generate)  # type: ignore[attr-defined]
