@@ -31,6 +31,13 @@ def _info(args: argparse.Namespace) -> int:
 
     from .backends import probe_all
 
+    if args.matrix:
+        from .matrix import collect, render
+
+        record = collect()
+        print(json.dumps(record, indent=2) if args.json else render([record]))
+        return 0
+
     probes = probe_all()
     data: dict[str, Any] = {
         "versions": _versions(),
@@ -124,6 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     info = sub.add_parser("info", help="versions, CUDA and which backends can run here")
     info.add_argument("--json", action="store_true", help="print JSON")
+    info.add_argument(
+        "--matrix", action="store_true",
+        help="which backend serves which options with these versions (docs/compatibility.md)",
+    )
     info.set_defaults(run=_info)
 
     explain = sub.add_parser("explain", help="what the options become on each backend")
