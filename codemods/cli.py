@@ -1,0 +1,207 @@
+"""``shardcompat-migrate``: move a repository off the legacy boolean ``--sharded_ddp``.
+
+    shardcompat-migrate PATH... [--check | --diff | --write] [--to list|fsdp] [--jobs N]
+                        [--exclude GLOB]... [--scope evidence|all] [--fairscale-imports]
+                        [--json] [--no-progress]
+
+Default: print a unified diff and a summary, write nothing.  Exit codes: 0 nothing (more) to
+do, 1 ``--check`` found something to change, 2 a file could not be read or parsed.
+
+Start-up stays light: this module imports neither torch nor libcst; workers load libcst only
+for the Python files and notebooks that contain the flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Iterator, Sequence
+
+from .context import Settings
+from .engine import Job, needles, process_file
+from .kinds import detect_kind
+from .report import FileReport, RunReport
+from .scope import Evidence, decide, is_output
+from .walk import iter_files
+
+__all__ = ["build_parser", "main", "run"]
+
+_POOL_THRESHOLD = 8
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="shardcompat-migrate",
+        description="Rewrite legacy boolean --sharded_ddp usage (Python, shell, Markdown, configs, "
+        "notebooks) to the list syntax, or to modern --fsdp.",
+    )
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="files or folders to migrate")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--check", dest="mode", action="store_const", const="check",
+                      help="write nothing; exit 1 if anything would change")
+    mode.add_argument("--diff", dest="mode", action="store_const", const="diff",
+                      help="print a unified diff (the default)")
+    mode.add_argument("--write", dest="mode", action="store_const", const="write",
+                      help="apply the changes in place (atomic writes)")
+    parser.set_defaults(mode="diff")
+    parser.add_argument("--to", choices=("list", "fsdp"), default="list",
+                        help="target: the list syntax (default) or modern Transformers --fsdp")
+    parser.add_argument("--scope", choices=("evidence", "all"), default="evidence",
+                        help="edit only where the tree shows Transformers usage (default) or everywhere")
+    parser.add_argument("--fairscale-imports", action="store_true",
+                        help="also rewrite fairscale imports to shardcompat.fairscale")
+    parser.add_argument("--no-legacy", dest="legacy", action="store_false",
+                        help="skip the --sharded_ddp rules (with --fairscale-imports)")
+    parser.add_argument("--jobs", "-j", type=int, default=0, metavar="N",
+                        help="worker processes (default: CPU count; 1: no pool)")
+    parser.add_argument("--exclude", action="append", default=[], metavar="GLOB",
+                        help="skip paths matching GLOB (repeatable)")
+    parser.add_argument("--json", action="store_true", help="print a machine-readable report on stdout")
+    parser.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
+    return parser
+
+
+class _Progress:
+    """A one-line progress counter on stderr, only on a terminal."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total, self.done = total, 0
+        self.enabled = enabled and total > 0 and sys.stderr.isatty()
+
+    def step(self) -> None:
+        self.done += 1
+        if self.enabled:
+            sys.stderr.write(f"\rshardcompat-migrate: {self.done}/{self.total} files")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\r" + " " * 60 + "\r")
+
+
+def _scan(paths: Sequence[str], excludes: Sequence[str], wanted: tuple[bytes, ...],
+          report: RunReport) -> tuple[list[tuple[str, str, str]], dict[str, Evidence], set[str]]:
+    """Read every file once: the byte prefilter plus the cheap evidence needles."""
+    matched: list[tuple[str, str, str]] = []
+    evidence: dict[str, Evidence] = {}
+    complete: set[str] = set()
+    for given in paths:
+        if os.path.isdir(given):
+            complete.add(os.path.realpath(given))
+    for root, path in iter_files(paths, excludes):
+        report.scanned += 1
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except OSError as error:
+            report.files.append(FileReport(_display(path), "unknown", error=f"cannot read: {error.strerror}"))
+            continue
+        evidence.setdefault(root, Evidence()).observe(path, data)
+        if any(n in data for n in wanted):
+            kind = detect_kind(path, data[:200])
+            if kind is not None and not is_output(os.path.relpath(path, root)):
+                matched.append((root, path, kind))
+    return matched, evidence, complete
+
+
+def _complete_evidence(roots: set[str], evidence: dict[str, Evidence], complete: set[str]) -> None:
+    """Roots walked only in part (a single file, a subfolder) are scanned whole for evidence."""
+    for root in roots - complete:
+        full = Evidence()
+        for _, path in iter_files([root]):
+            try:
+                with open(path, "rb") as handle:
+                    full.observe(path, handle.read())
+            except OSError:
+                continue
+        evidence[root] = full
+
+
+def _display(path: str) -> str:
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
+
+
+def _jobs(matched: list[tuple[str, str, str]], evidence: dict[str, Evidence], args: argparse.Namespace) -> list[Job]:
+    jobs = []
+    for root, path, kind in matched:
+        found = evidence[root]
+        settings = Settings(to=args.to, local_scripts=frozenset() if args.scope == "all" else found.local_scripts,
+                            fairscale_imports=args.fairscale_imports, legacy=args.legacy)
+        scope, reason = ("edit", "") if args.scope == "all" else decide(path, kind, _read(path), found)
+        jobs.append(Job(path, _display(path), kind, settings, scope, reason))
+    return jobs
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError:
+        return b""
+
+
+def _run_jobs(jobs: list[Job], workers: int, progress: _Progress) -> Iterator[FileReport]:
+    if workers <= 1 or len(jobs) < _POOL_THRESHOLD:
+        for job in jobs:
+            yield process_file(job)
+            progress.step()
+        return
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        for result in pool.map(process_file, jobs, chunksize=max(1, len(jobs) // (workers * 4))):
+            yield result
+            progress.step()
+
+
+def run(args: argparse.Namespace) -> RunReport:
+    """Scan, rewrite, and (with ``--write``) apply; returns the report."""
+    from .write import atomic_write
+
+    report = RunReport(mode=args.mode)
+    probe = Settings(fairscale_imports=args.fairscale_imports, legacy=args.legacy)
+    matched, evidence, complete = _scan(args.paths, args.exclude, needles(probe), report)
+    if args.scope != "all":
+        _complete_evidence({root for root, _, _ in matched}, evidence, complete)
+    jobs = _jobs(matched, evidence, args)
+    workers = args.jobs or os.cpu_count() or 1
+    progress = _Progress(len(jobs), not args.no_progress and not args.json)
+    for result in _run_jobs(jobs, workers, progress):
+        if result.edits or result.review or result.warnings or result.error:
+            report.files.append(result)
+    progress.close()
+    if args.mode == "write":
+        paths = {job.display: job.path for job in jobs}
+        for result in report.changed:
+            assert result.new_data is not None
+            try:
+                atomic_write(paths[result.path], result.new_data)
+            except OSError as error:
+                result.error = f"cannot write: {error.strerror or error}"
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if not args.legacy and not args.fairscale_imports:
+        build_parser().error("--no-legacy needs --fairscale-imports")
+    for path in args.paths:
+        if not os.path.exists(path):
+            build_parser().error(f"no such file or folder: {path}")
+    report = run(args)
+    out = sys.stdout
+    if args.json:
+        out.write(report.to_json() + "\n")
+    else:
+        if args.mode == "diff":
+            for result in sorted(report.changed, key=lambda r: r.path):
+                out.write(result.diff)
+        print(report.summary(), file=sys.stderr)
+    out.flush()
+    return report.exit_code()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

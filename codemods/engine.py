@@ -1,0 +1,193 @@
+"""Rewrite one file: detect its kind, run the rewriters, check the result parses, build the diff.
+
+Runs in worker processes; libcst is imported only when a Python file or notebook needs it.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, replace
+
+from .context import Settings
+from .flags import Rewrite
+from .report import Edit, FileReport, Finding
+from .spans import LineIndex, SpanEdit, apply_spans, decode, drop_marked, file_skipped, marker_lines
+from .text import PythonHook
+
+__all__ = ["Job", "needles", "process_file", "python_hook"]
+
+
+@dataclass(frozen=True)
+class Job:
+    """One file to process, with what the driver decided for it."""
+
+    path: str
+    display: str
+    kind: str
+    settings: Settings
+    scope: str = "edit"
+    reason: str = ""
+
+
+def needles(settings: Settings) -> tuple[bytes, ...]:
+    """The byte strings a file must contain to be looked at."""
+    found = [b"sharded_ddp"] if settings.legacy else []
+    return (*found, b"fairscale") if settings.fairscale_imports else tuple(found)
+
+
+def _commands(settings: Settings) -> list[type]:
+    from .fairscale_imports import FairscaleImportsCommand
+    from .python_legacy import MigrateShardedDDP
+
+    return ([MigrateShardedDDP] if settings.legacy else []) + (
+        [FairscaleImportsCommand] if settings.fairscale_imports else [])
+
+
+def python_hook(settings: Settings) -> PythonHook:
+    """The Python rules for snippets inside other files (notebook cells, Markdown blocks)."""
+
+    def hook(code: str, first_line: int) -> Rewrite:
+        import libcst
+
+        from .flags import Issue
+        from .python_legacy import migrate_python
+
+        try:
+            outcome = migrate_python(code, settings, _commands(settings))
+        except libcst.ParserSyntaxError as error:
+            return Rewrite(issues=[Issue(0, "not-parsed", f"Python snippet does not parse "
+                                         f"({str(error).splitlines()[0]}); left as is", line=first_line)])
+        shift = first_line - 1
+        result = Rewrite(issues=[Issue(0, w.rule, w.message, w.hint, w.line + shift) for w in outcome.warnings])
+        if outcome.code != code:
+            records = tuple(replace(e, line=e.line + shift) for e in outcome.edits)
+            result.edits.append(SpanEdit(0, len(code), str(outcome.code), "python", records=records))
+        return result
+
+    return hook
+
+
+def _diff(path: str, old: bytes, new: bytes) -> str:
+    a = old.decode("utf-8", "replace").splitlines(keepends=True)
+    b = new.decode("utf-8", "replace").splitlines(keepends=True)
+    lines = []
+    for line in difflib.unified_diff(a, b, f"a/{path}", f"b/{path}"):
+        lines.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+    return "".join(lines)
+
+
+def _python(job: Job, data: bytes, report: FileReport) -> bytes | None:
+    import libcst
+
+    from .python_legacy import migrate_python
+
+    try:
+        outcome = migrate_python(data, job.settings, _commands(job.settings))
+    except libcst.ParserSyntaxError as error:
+        report.error = f"does not parse as Python: {str(error).splitlines()[0]}"
+        return None
+    report.edits += outcome.edits
+    report.warnings += outcome.warnings
+    new = outcome.code
+    assert isinstance(new, bytes)
+    if new != data:
+        try:
+            libcst.parse_module(new)
+        except libcst.ParserSyntaxError as error:
+            report.error = f"the rewrite would not parse ({error}); not written"
+            return None
+        return new
+    return None
+
+
+def _text_rewrite(job: Job, text: str) -> Rewrite:
+    from . import config, notebook
+    from . import text as text_kinds
+
+    settings, kind = job.settings, job.kind
+    if kind in ("shell", "makefile"):
+        return text_kinds.rewrite_shell(text, settings)
+    if kind == "dockerfile":
+        return text_kinds.rewrite_dockerfile(text, settings)
+    if kind == "markdown":
+        return text_kinds.rewrite_markdown(text, settings, python_hook(settings))
+    if kind == "rst":
+        return text_kinds.rewrite_rst(text, settings, python_hook(settings))
+    if kind == "notebook":
+        return notebook.rewrite_notebook(text, settings, python_hook(settings))
+    if kind == "json":
+        return config.rewrite_json(text, settings)
+    if kind == "yaml":
+        found = config.rewrite_keys(text, "yaml", settings)
+        found.extend(text_kinds.rewrite_yaml_steps(text, settings))
+        return found
+    return config.rewrite_keys(text, kind, settings)
+
+
+def _records(edits: list[SpanEdit], text: str, index: LineIndex) -> list[Edit]:
+    out: list[Edit] = []
+    for edit in edits:
+        if edit.records:
+            out += [r for r in edit.records if isinstance(r, Edit)]
+        else:
+            out.append(Edit(index.line(edit.start), edit.rule, text[edit.start:edit.end], edit.new, edit.note))
+    return out
+
+
+def _text(job: Job, data: bytes, report: FileReport) -> bytes | None:
+    from . import config, jsonspan
+
+    decoded = decode(data)
+    text = decoded.text
+    if file_skipped(text):
+        return None
+    try:
+        if job.kind in ("json", "notebook", "yaml", "toml", "ini"):
+            config.validate(job.kind, text)
+        found = _text_rewrite(job, text)
+    except (ValueError, jsonspan.JSONSpanError) as error:
+        report.error = f"does not parse as {job.kind}: {error}"
+        return None
+    except Exception as error:  # yaml.YAMLError, configparser.Error, tomllib errors
+        report.error = f"does not parse as {job.kind}: {error.__class__.__name__}: {error}"
+        return None
+    index = LineIndex(text)
+    marked = marker_lines(text)
+    edits = drop_marked(found.edits, index, marked)
+    report.edits += _records(edits, text, index)
+    report.review += _records(drop_marked(found.review, index, marked), text, index)
+    report.warnings += [Finding(i.line or index.line(i.offset), i.rule, i.message, i.hint)
+                        for i in found.issues if (i.line or index.line(i.offset)) not in marked]
+    if not edits:
+        return None
+    new_text = apply_spans(text, edits)
+    try:
+        config.validate(job.kind, new_text)
+    except Exception as error:
+        report.error = f"the rewrite would not parse as {job.kind} ({error}); not written"
+        return None
+    return decoded.encode(new_text)
+
+
+def process_file(job: Job) -> FileReport:
+    """Everything for one file; never raises for a bad file (the error is in the report)."""
+    report = FileReport(job.display, job.kind, scope=job.scope)
+    try:
+        with open(job.path, "rb") as handle:
+            data = handle.read()
+    except OSError as error:
+        report.error = f"cannot read: {error.strerror or error}"
+        return report
+    if not any(n in data for n in needles(job.settings)):
+        return report
+    new = _python(job, data, report) if job.kind == "python" else _text(job, data, report)
+    if job.scope != "edit":
+        report.review, report.edits = report.review + report.edits, []
+        if job.reason and report.review:
+            report.warnings.insert(0, Finding(0, "scope", f"not edited: {job.reason}",
+                                              "rerun with --scope all to edit it"))
+        new = None
+    if new is not None and new != data and report.error is None:
+        report.new_data = new
+        report.diff = _diff(job.display, data, new)
+    return report

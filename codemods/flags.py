@@ -1,0 +1,480 @@
+"""The one place where the legacy ``--sharded_ddp`` rules live.
+
+Every rewriter asks this module what a value means (:func:`meaning`), what it becomes
+(:func:`translate`), what to do with a flag in an argv list (:func:`argv_action`) and, for text
+that holds command lines (shell scripts, Markdown code, YAML ``run:`` steps, Makefiles,
+Dockerfiles, notebook ``!`` lines, Python string literals), which span edits to make
+(:func:`rewrite_commands`).
+
+The contract, for a flag not already in the list syntax:
+
+- a *bare* flag (followed by another option, the end of the line, a line continuation, ``;``,
+  ``&&``, ``||``, ``|``, ``)`` or a closing quote) becomes ``--sharded_ddp simple``;
+- ``true``/``1``/``yes`` (space or ``=`` form) becomes ``simple``;
+- ``false``/``0``/``no`` is removed together with the flag;
+- list values (``zero_dp_2``, ``"zero_dp_3 offload"``) are left alone;
+- with ``to="fsdp"`` everything becomes modern Transformers' ``--fsdp`` words.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from .spans import SpanEdit
+
+if TYPE_CHECKING:
+    from shardcompat.options import ShardingOptions
+
+__all__ = [
+    "FLAG",
+    "HINTS",
+    "PLACEHOLDER",
+    "ArgvAction",
+    "ArgvStep",
+    "Issue",
+    "Meaning",
+    "Rewrite",
+    "argv_action",
+    "command_segments",
+    "looks_like_command",
+    "meaning",
+    "plan_argv",
+    "rewrite_commands",
+    "translate",
+]
+
+FLAG = "--sharded_ddp"
+FSDP_FLAG = "--fsdp"
+#: Stands for an f-string expression or other opaque text inside a span; never a value.
+PLACEHOLDER = "\ue000"
+Target = Literal["list", "fsdp"]
+
+_TRUE = frozenset({"true", "1", "yes"})
+_FALSE = frozenset({"false", "0", "no"})
+SIMPLE_NOTE = (
+    "'simple' (fairscale ShardedDDP) has no --fsdp equivalent; shard_grad_op (ZeRO-2) is the "
+    "nearest mode"
+)
+#: The hint printed with each kind of warning.
+HINTS = {
+    "unknown-value": "write the value in the list syntax, e.g. 'simple' or 'zero_dp_2'",
+    "non-literal": "make sure the value is a list-syntax string ('simple', 'zero_dp_2 offload') "
+    "or '' (off), not a bool",
+    "fsdp-manual": "translate by hand: --fsdp takes the words, --fsdp_config the settings",
+    "comparison": "compare the parsed options instead: bool(shardcompat.parse_options(x.sharded_ddp))",
+}
+_FLAG_RE = re.compile(r"(?<![\w-])--sharded_ddp(?![\w-])")
+_BLANK = re.compile(r"(?:[ \t]|\\\r?\n)*")
+_HSPACE = re.compile(r"[ \t]*")
+_WORD_END = re.compile(r"[\s;&|()`'\"<>]")
+_QUIET_COMMANDS = frozenset({"echo", "printf", "print", "log", "logger", "cat", "grep", "sed",
+                             "awk", ":", "#"})
+_LAUNCHERS = frozenset({"python", "python3", "torchrun", "accelerate", "deepspeed", "bash", "sh",
+                        "zsh", "srun", "mpirun", "horovodrun", "env", "nohup", "time", "exec",
+                        "sudo", "uv", "poetry", "conda", "pipenv", "$", "%run", "run",
+                        "launch", "trainer", "mpiexec", "sbatch"})
+
+
+# --------------------------------------------------------------------------- values
+
+
+@dataclass(frozen=True)
+class Meaning:
+    """What a ``--sharded_ddp`` value means: a legacy boolean, list syntax, or unknown."""
+
+    kind: Literal["true", "false", "list", "unknown"]
+    options: ShardingOptions | None = None
+
+
+def meaning(value: str | bool | None) -> Meaning:
+    """Classify a value as written (``None`` is the bare flag, which means ``true``)."""
+    if value is None or value is True:
+        return Meaning("true")
+    if value is False:
+        return Meaning("false")
+    word = value.strip()
+    if word.lower() in _TRUE:
+        return Meaning("true")
+    if word.lower() in _FALSE:
+        return Meaning("false")
+    if PLACEHOLDER in word or word.startswith(("$", "{", "%", "`")):
+        return Meaning("unknown")
+    from shardcompat.options import ShardingOptionsError, parse_options
+
+    try:
+        return Meaning("list", parse_options(word))
+    except ShardingOptionsError:
+        return Meaning("unknown")
+
+
+@dataclass(frozen=True)
+class Translation:
+    """The new value (``None``: leave as is), whether the flag goes away, and a report note."""
+
+    value: str | None
+    drop: bool = False
+    rule: str = ""
+    note: str = ""
+    problem: str = ""
+
+
+def translate(found: Meaning, to: Target) -> Translation:
+    """What a value becomes under the list syntax or modern ``--fsdp``."""
+    if found.kind == "unknown":
+        return Translation(None, rule="unknown-value", problem="not a literal value this tool understands")
+    if found.kind == "false":
+        return Translation("", drop=True, rule="legacy-false")
+    if to == "list":
+        return Translation("simple", rule="legacy-true") if found.kind == "true" else Translation(None)
+    if found.kind == "true":
+        return Translation("shard_grad_op", rule="to-fsdp", note=SIMPLE_NOTE)
+    options = found.options
+    assert options is not None
+    if not options:
+        return Translation("", rule="to-fsdp")
+    hf = options.to_hf_fsdp()
+    lost = [name for name in ("bucket_cap_mb", "mixed_precision") if getattr(options, name) is not None]
+    if hf.fsdp_config or lost or options.backend != "auto":
+        return Translation(None, rule="fsdp-manual", problem=(
+            f"'{options}' needs settings that --fsdp cannot carry on the command line "
+            f"({', '.join(sorted(hf.fsdp_config) + lost) or 'backend='}); move them to --fsdp_config"
+        ))
+    note = SIMPLE_NOTE if options.stage is not None and options.stage.value in ("simple", "zero_dp_1") else ""
+    return Translation(hf.fsdp, rule="to-fsdp", note=note)
+
+
+# --------------------------------------------------------------------------- argv lists
+
+
+@dataclass(frozen=True)
+class ArgvAction:
+    """What to do with ``"--sharded_ddp"`` in an argv list.
+
+    ``kind``: ``insert`` a new value element after the flag, ``replace`` the value element,
+    ``drop`` the flag and its value element(s), ``leave`` it, or ``warn`` (left as is).
+    ``flag`` is the new flag element text, ``value`` the new value text.
+    """
+
+    kind: Literal["insert", "replace", "drop", "leave", "warn"]
+    flag: str = FLAG
+    value: str = ""
+    rule: str = ""
+    note: str = ""
+    problem: str = ""
+
+
+def argv_action(next_value: str | None, to: Target, *, opaque: bool = False) -> ArgvAction:
+    """Decide for a flag element followed by ``next_value``.
+
+    ``next_value`` is the next literal element (``None`` when the flag is last); ``opaque``
+    means the next element is not a literal (a variable, a call).
+    """
+    new_flag = FSDP_FLAG if to == "fsdp" else FLAG
+    if opaque:
+        return ArgvAction("warn", rule="non-literal", problem="the value after the flag is not a literal")
+    if next_value is None or next_value.startswith("-"):
+        found, insert = Meaning("true"), True
+    else:
+        found, insert = meaning(next_value), False
+    result = translate(found, to)
+    if result.problem:
+        return ArgvAction("warn", rule=result.rule, problem=result.problem)
+    if result.drop:
+        return ArgvAction("drop", rule="argv-false")
+    if result.value is None:
+        return ArgvAction("leave")
+    kind: Literal["insert", "replace"] = "insert" if insert else "replace"
+    rule = "to-fsdp" if to == "fsdp" else f"argv-{kind}"
+    return ArgvAction(kind, new_flag, result.value, rule, result.note)
+
+
+# --------------------------------------------------------------------------- command text
+
+
+@dataclass(frozen=True)
+class Issue:
+    """A spot left as is, with the reason."""
+
+    offset: int
+    rule: str
+    message: str
+    hint: str = ""
+    #: Set when the issue comes with its own line number (Python blocks inside other files).
+    line: int = 0
+
+
+@dataclass
+class Rewrite:
+    """Span edits to apply, edits held back for review, and issues."""
+
+    edits: list[SpanEdit] = field(default_factory=list)
+    review: list[SpanEdit] = field(default_factory=list)
+    issues: list[Issue] = field(default_factory=list)
+
+    def extend(self, other: Rewrite) -> None:
+        self.edits += other.edits
+        self.review += other.review
+        self.issues += other.issues
+
+
+def command_segments(text: str, start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
+    """Split shell text into simple commands, dropping comments.
+
+    Quotes and backslash escapes are respected; ``\\`` + newline continues a command; ``;``,
+    ``&``, ``|``, ``(``, ``)``, backticks and newlines separate commands.
+    """
+    stop = len(text) if end is None else end
+    segments: list[tuple[int, int]] = []
+    seg = i = start
+    quote = ""
+    while i < stop:
+        c = text[i]
+        if quote:
+            if c == "\\" and quote == '"':
+                i += 1
+            elif c == quote:
+                quote = ""
+        elif c == "\\":
+            i += 1
+        elif c in "'\"":
+            quote = c
+        elif c == "#" and (i == seg or text[i - 1] in " \t"):
+            segments.append((seg, i))
+            newline = text.find("\n", i, stop)
+            i = seg = stop if newline < 0 else newline + 1
+            continue
+        elif c in "\n;&|()`":
+            segments.append((seg, i))
+            seg = i + 1
+        i += 1
+    segments.append((seg, stop))
+    return [(a, b) for a, b in segments if text[a:b].strip()]
+
+
+def _words(segment: str) -> list[str]:
+    return segment.replace("\\\n", " ").split()
+
+
+def _first_word(segment: str) -> str:
+    for word in _words(segment):
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", word):  # skip VAR=value prefixes
+            return word.lstrip("!@")
+    return ""
+
+
+def looks_like_command(segment: str) -> bool:
+    """A command line rather than prose: starts with an option, a launcher or a script path."""
+    word = _first_word(segment)
+    if not word:
+        return False
+    name = word.rsplit("/", 1)[-1]
+    return (
+        word.startswith("-")
+        or name in _LAUNCHERS
+        or re.match(r"^python[0-9.]*$", name) is not None
+        or name.endswith((".py", ".sh"))
+        or "/" in word
+    )
+
+
+def _quiet(segment: str) -> bool:
+    return _first_word(segment) in _QUIET_COMMANDS
+
+
+def rewrite_commands(
+    text: str,
+    start: int = 0,
+    end: int | None = None,
+    *,
+    to: Target = "list",
+    quote: str = '"',
+    prose_guard: bool = False,
+    local_scripts: frozenset[str] = frozenset(),
+) -> Rewrite:
+    """Span edits for every legacy ``--sharded_ddp`` in the shell text ``text[start:end]``.
+
+    ``quote`` is used when a new multi-word value needs quoting; ``prose_guard`` keeps only
+    segments that look like command lines (for string literals and inline code);
+    ``local_scripts`` are script names whose own ``--sharded_ddp`` is a local boolean: edits
+    in commands that run them are held back for review.
+    """
+    stop = len(text) if end is None else end
+    result = Rewrite()
+    if FLAG not in text[start:stop]:
+        return result
+    for a, b in command_segments(text, start, stop):
+        segment = text[a:b]
+        if FLAG not in segment or _quiet(segment) or (prose_guard and not looks_like_command(segment)):
+            continue
+        found = _rewrite_segment(text, a, b, to, quote)
+        if local_scripts and any(name in segment for name in local_scripts):
+            found.review, found.edits = found.edits, []
+        result.extend(found)
+    return result
+
+
+def _value_at(text: str, pos: int, stop: int) -> tuple[int, int, int] | None:
+    """A value starting at ``pos``: ``(inner_start, inner_end, outer_end)`` or None."""
+    if pos >= stop:
+        return None
+    c = text[pos]
+    if c in "'\"":
+        close = pos + 1
+        while close < stop and text[close] != c and text[close] != "\n":
+            close += 2 if text[close] == "\\" and c == '"' else 1
+        if close >= stop or text[close] != c:
+            return None
+        return pos + 1, close, close + 1
+    match = _WORD_END.search(text, pos, stop)
+    word_end = match.start() if match else stop
+    return (pos, word_end, word_end) if word_end > pos else None
+
+
+def _find_value(text: str, fe: int, b: int) -> tuple[int, int, int, int] | None:
+    """The value after a flag ending at ``fe``: ``(pos, inner_start, inner_end, outer_end)``.
+
+    ``None`` means the flag is bare: followed by an option, the end of the line, a
+    continuation, a separator, a redirection or a closing quote.
+    """
+    if fe < b and text[fe] == "=":
+        value = _value_at(text, fe + 1, b)
+        return None if value is None else (fe + 1, *value)
+    pos = _BLANK.match(text, fe, b).end()  # type: ignore[union-attr]
+    if pos == fe or pos >= b or text[pos] == "-":
+        return None
+    value = _value_at(text, pos, b)
+    if value is None:
+        return None
+    inner = text[value[0]:value[1]]
+    if text[pos] in "'\"" and "--" in inner:
+        return None  # that quote closes the command; it does not open a value
+    if value[2] < b and text[value[2]] in "<>":
+        return None  # "2>log": a redirection
+    return (pos, *value)
+
+
+def _rewrite_segment(text: str, a: int, b: int, to: Target, quote: str) -> Rewrite:
+    result = Rewrite()
+    new_flag = FSDP_FLAG if to == "fsdp" else FLAG
+    for match in _FLAG_RE.finditer(text, a, b):
+        fs, fe = match.span()
+        value = _find_value(text, fe, b)
+        if value is None and fe < b and text[fe] == "=":
+            continue  # "--sharded_ddp=" with nothing after it: leave it
+        raw: str | None = None
+        pos, vs, ve, vend = fe, fe, fe, fe
+        quoted = False
+        if value is not None:
+            pos, vs, ve, vend = value
+            quoted = vs > pos
+            if to == "fsdp" and not quoted and text[pos - 1] != "=":
+                vend = ve = _extend_words(text, ve, b)
+            raw = text[vs:ve]
+        plan = translate(meaning(raw), to)
+        if plan.problem:
+            result.issues.append(Issue(fs, plan.rule, f"--sharded_ddp {raw}: {plan.problem}",
+                                       HINTS[plan.rule]))
+        elif plan.drop:
+            start, stop = _removal(text, fs, vend, a, b)
+            result.edits.append(SpanEdit(start, stop, "", "flag-false"))
+        elif plan.value is not None:
+            new_value = plan.value
+            if " " in new_value and not quoted:
+                new_value = f"{quote}{new_value}{quote}"
+            if value is None:
+                rule = "to-fsdp" if to == "fsdp" else "flag-bare"
+                result.edits.append(SpanEdit(fs, fe, f"{new_flag} {new_value}", rule, plan.note))
+            else:
+                rule = "to-fsdp" if to == "fsdp" else "flag-true"
+                new = new_flag + text[fe:vs] + new_value
+                result.edits.append(SpanEdit(fs, ve, new, rule, plan.note))
+    return result
+
+
+def _extend_words(text: str, end: int, stop: int) -> int:
+    """Take the following words too while they are list-syntax words (``zero_dp_2 offload``)."""
+    while True:
+        pos = _HSPACE.match(text, end, stop).end()  # type: ignore[union-attr]
+        value = _value_at(text, pos, stop) if pos > end else None
+        if value is None or text[pos] in "'\"-" or not _is_list_word(text[value[0]:value[1]]):
+            return end
+        end = value[1]
+
+
+def _is_list_word(word: str) -> bool:
+    from shardcompat.options import TOKENS, TUNABLES
+
+    key = word.split("=", 1)[0].lower().replace("-", "_")
+    return key in (TUNABLES if "=" in word else TOKENS)
+
+
+_CONTINUATION = re.compile(r"\\\r?\n")
+_CONTINUED_BEFORE = re.compile(r"[ \t]*\\\r?\n\Z")
+
+
+def _removal(text: str, fs: int, vend: int, a: int, b: int) -> tuple[int, int]:
+    """The span to delete for a false flag: the flag, its value and the blank joining them."""
+    line_start = max(text.rfind("\n", 0, fs) + 1, a)
+    alone = not text[line_start:fs].strip()
+    after = _HSPACE.match(text, vend, b).end()  # type: ignore[union-attr]
+    continued = _CONTINUATION.match(text, after)
+    if alone and continued:
+        return line_start, continued.end()  # a whole "    --sharded_ddp false \" line
+    back = len(text[:fs].rstrip(" \t"))
+    back = max(back, a)
+    if alone and back == line_start:
+        before = _CONTINUED_BEFORE.search(text, a, back)
+        if before:
+            back = before.start()  # the last line of a continued command
+    if back < fs:
+        return back, vend
+    return fs, after
+
+
+@dataclass(frozen=True)
+class ArgvStep:
+    """One change to an argv list, by element index.
+
+    ``set`` maps indices to new element values, ``insert_after`` adds ``(index, value)``
+    elements, ``drop`` removes indices; ``problem`` (with ``rule``) means: leave it, warn.
+    """
+
+    index: int
+    rule: str
+    set: dict[int, str] = field(default_factory=dict)
+    insert_after: tuple[int, str] | None = None
+    drop: tuple[int, ...] = ()
+    note: str = ""
+    problem: str = ""
+
+
+def plan_argv(items: list[str | None], to: Target) -> list[ArgvStep]:
+    """The steps for a list of argv elements (``None`` marks a non-literal element)."""
+    steps: list[ArgvStep] = []
+    for i, item in enumerate(items):
+        if item == FLAG:
+            nxt = items[i + 1] if i + 1 < len(items) else ""
+            action = argv_action(nxt or None, to, opaque=nxt is None)
+            if action.kind == "warn":
+                steps.append(ArgvStep(i, action.rule, problem=action.problem))
+            elif action.kind == "drop":
+                steps.append(ArgvStep(i, action.rule, drop=(i, i + 1)))
+            elif action.kind in ("insert", "replace"):
+                changed = {i: action.flag} if action.flag != FLAG else {}
+                if action.kind == "insert":
+                    steps.append(ArgvStep(i, action.rule, changed, (i, action.value), note=action.note))
+                else:
+                    steps.append(ArgvStep(i, action.rule, {**changed, i + 1: action.value}, note=action.note))
+        elif item is not None and item.startswith(FLAG + "="):
+            plan = translate(meaning(item[len(FLAG) + 1:]), to)
+            new_flag = FSDP_FLAG if to == "fsdp" else FLAG
+            if plan.problem:
+                steps.append(ArgvStep(i, plan.rule, problem=plan.problem))
+            elif plan.drop:
+                steps.append(ArgvStep(i, "argv-false", drop=(i,)))
+            elif plan.value is not None:
+                rule = "to-fsdp" if to == "fsdp" else "argv-replace"
+                steps.append(ArgvStep(i, rule, {i: f"{new_flag}={plan.value}"}, note=plan.note))
+    return steps

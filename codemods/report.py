@@ -1,0 +1,134 @@
+"""Edit, warning and error records, and the human and JSON renderings of a run."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["Edit", "FileReport", "Finding", "RunReport"]
+
+
+@dataclass(frozen=True)
+class Edit:
+    """One change: where, which rule, the text before and after, and a note for the reader."""
+
+    line: int
+    rule: str
+    before: str
+    after: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """Something left as is that a human should look at (``rule`` says why)."""
+
+    line: int
+    rule: str
+    message: str
+    hint: str = ""
+
+
+@dataclass
+class FileReport:
+    """What happened to one file.
+
+    ``edits`` were applied (or would be, without ``--write``); ``review`` holds edits that were
+    found but not made because the file is out of scope; ``error`` is set when the file could
+    not be read, parsed, or its rewrite did not parse again.
+    """
+
+    path: str
+    kind: str
+    edits: list[Edit] = field(default_factory=list)
+    review: list[Edit] = field(default_factory=list)
+    warnings: list[Finding] = field(default_factory=list)
+    error: str | None = None
+    scope: str = "edit"
+    new_data: bytes | None = None
+    diff: str = ""
+
+    @property
+    def changed(self) -> bool:
+        return self.new_data is not None and self.error is None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "kind": self.kind,
+            "scope": self.scope,
+            "changed": self.changed,
+            "edits": [asdict(e) for e in self.edits],
+            "review": [asdict(e) for e in self.review],
+            "warnings": [asdict(w) for w in self.warnings],
+            "error": self.error,
+        }
+
+
+@dataclass
+class RunReport:
+    """All file reports of one run plus counts; ``exit_code`` applies the CLI contract."""
+
+    files: list[FileReport] = field(default_factory=list)
+    scanned: int = 0
+    mode: str = "diff"
+
+    @property
+    def changed(self) -> list[FileReport]:
+        return [f for f in self.files if f.changed]
+
+    @property
+    def errors(self) -> list[FileReport]:
+        return [f for f in self.files if f.error]
+
+    def exit_code(self) -> int:
+        if self.errors:
+            return 2
+        if self.mode == "check" and self.changed:
+            return 1
+        return 0
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "mode": self.mode,
+                "scanned": self.scanned,
+                "changed": len(self.changed),
+                "errors": len(self.errors),
+                "exit_code": self.exit_code(),
+                "files": [f.to_json() for f in sorted(self.files, key=lambda f: f.path)],
+            },
+            indent=2,
+        )
+
+    def summary(self) -> str:
+        """A short table: one row per file with anything to say, then the totals."""
+        rows: list[str] = []
+        for report in sorted(self.files, key=lambda f: f.path):
+            rows.extend(_rows(report, self.mode))
+        verb = "changed" if self.mode == "write" else "would change"
+        totals = (
+            f"{self.scanned} files scanned, {len(self.changed)} {verb}, "
+            f"{sum(len(f.review) for f in self.files)} findings for review, "
+            f"{sum(len(f.warnings) for f in self.files)} warnings, {len(self.errors)} errors"
+        )
+        return "\n".join([*rows, totals])
+
+
+def _rows(report: FileReport, mode: str) -> Iterable[str]:
+    if report.error:
+        yield f"{report.path}: error: {report.error}"
+    for edit in report.edits:
+        done = "" if mode == "write" else "would "
+        note = f" ({edit.note})" if edit.note else ""
+        yield f"{report.path}:{edit.line}: {done}{edit.rule}: {edit.before!r} -> {edit.after!r}{note}"
+    for edit in report.review:
+        yield (
+            f"{report.path}:{edit.line}: review [{report.scope}]: {edit.rule}: {edit.before!r} -> "
+            f"{edit.after!r} (not edited; rerun with --scope all to apply)"
+        )
+    for warning in report.warnings:
+        hint = f"; hint: {warning.hint}" if warning.hint else ""
+        yield f"{report.path}:{warning.line}: warning: {warning.rule}: {warning.message}{hint}"

@@ -1,0 +1,122 @@
+"""Text spans: edits by offset, line numbers, skip markers, and byte-faithful decoding.
+
+Every non-Python rewriter works on the decoded original text and returns span edits; the
+bytes outside the spans are never touched (no re-serialisation), so encoding, BOM, CRLF and
+a missing final newline survive.
+"""
+
+from __future__ import annotations
+
+import bisect
+import codecs
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "SKIP_MARKER",
+    "Decoded",
+    "LineIndex",
+    "SpanEdit",
+    "apply_spans",
+    "decode",
+    "drop_marked",
+    "file_skipped",
+    "marker_lines",
+]
+
+#: Put this in a comment (any syntax) on a line, or in the first lines of a file, to opt out.
+SKIP_MARKER = "shardcompat: skip"
+_TOP_LINES = 5
+_MARKER = re.compile(r"shardcompat:\s*skip")
+
+
+@dataclass(frozen=True)
+class SpanEdit:
+    """Replace ``text[start:end]`` with ``new``; ``rule`` and ``note`` go to the report."""
+
+    start: int
+    end: int
+    new: str
+    rule: str
+    note: str = ""
+    #: Ready-made report records (Python blocks report their own edits, by line).
+    records: tuple[Any, ...] = ()
+
+
+def apply_spans(text: str, edits: Iterable[SpanEdit]) -> str:
+    """Apply non-overlapping edits (overlapping later ones are dropped, never merged)."""
+    out: list[str] = []
+    pos = 0
+    for edit in sorted(edits, key=lambda e: (e.start, e.end)):
+        if edit.start < pos:
+            continue
+        out.append(text[pos:edit.start])
+        out.append(edit.new)
+        pos = edit.end
+    out.append(text[pos:])
+    return "".join(out)
+
+
+class LineIndex:
+    """Offset to 1-based line number, by bisecting the line starts."""
+
+    def __init__(self, text: str) -> None:
+        self.starts = [0] + [m.end() for m in re.finditer(r"\n", text)]
+
+    def line(self, offset: int) -> int:
+        return bisect.bisect_right(self.starts, offset)
+
+    def line_span(self, offset: int, text: str) -> tuple[int, int]:
+        """Start and end (before the newline) of the line holding ``offset``."""
+        number = self.line(offset)
+        start = self.starts[number - 1]
+        end = self.starts[number] - 1 if number < len(self.starts) else len(text)
+        return start, end
+
+
+def marker_lines(text: str) -> frozenset[int]:
+    """1-based numbers of the lines that carry the skip marker."""
+    if "shardcompat" not in text:
+        return frozenset()
+    return frozenset(
+        number for number, line in enumerate(text.splitlines(), 1) if _MARKER.search(line)
+    )
+
+
+def file_skipped(text: str) -> bool:
+    """True when the marker is in the first lines of the file."""
+    return any(n <= _TOP_LINES for n in marker_lines(text))
+
+
+def drop_marked(edits: Sequence[SpanEdit], index: LineIndex, marked: frozenset[int]) -> list[SpanEdit]:
+    """The edits that touch no marked line."""
+    if not marked:
+        return list(edits)
+    return [
+        e for e in edits
+        if not any(n in marked for n in range(index.line(e.start), index.line(max(e.start, e.end - 1)) + 1))
+    ]
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """Text plus how to turn it back into the same bytes."""
+
+    text: str
+    encoding: str
+    bom: bytes
+
+    def encode(self, text: str) -> bytes:
+        return self.bom + text.encode(self.encoding)
+
+
+def decode(data: bytes) -> Decoded:
+    """Decode without newline translation; latin-1 is the lossless fallback for other 8-bit text."""
+    if data.startswith(codecs.BOM_UTF8):
+        return Decoded(data[3:].decode("utf-8"), "utf-8", codecs.BOM_UTF8)
+    try:
+        return Decoded(data.decode("utf-8"), "utf-8", b"")
+    except UnicodeDecodeError:
+        return Decoded(data.decode("latin-1"), "latin-1", b"")
