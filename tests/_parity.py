@@ -44,7 +44,9 @@ class Block(nn.Module):
     def __init__(self, dim: int = DIM, heads: int = 2) -> None:
         super().__init__()
         self.ln1 = nn.LayerNorm(dim)
-        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
+        # bias=False: the key bias has an identically zero gradient (softmax ignores it), and
+        # AdamW turns the rounding noise there into +-lr steps that differ with reduction order.
+        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True, bias=False)
         self.ln2 = nn.LayerNorm(dim)
         self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
 
