@@ -29,7 +29,7 @@ __all__ = [
 # torch's own size_based_auto_wrap_policy default (and Accelerate's): a unit of ~400 MB in fp32.
 DEFAULT_MIN_NUM_PARAMS = 100_000_000
 
-# As torch's size-based policy: never split attention, never wrap bare containers (no forward).
+# As torch's size-based policy: attention is a leaf, bare containers (no forward) never units.
 _LEAF_MODULES: tuple[type[nn.Module], ...] = (nn.MultiheadAttention,)
 _CONTAINERS: tuple[type[nn.Module], ...] = (nn.ModuleList, nn.ModuleDict)
 
@@ -107,17 +107,18 @@ def modules_to_wrap(model: nn.Module, rule: WrapRule) -> list[nn.Module]:
     """The submodules (not the root) to shard on their own, children before parents.
 
     By size this follows torch's ``size_based_auto_wrap_policy``: a module is wrapped when
-    the parameters not already inside a wrapped descendant reach ``min_num_params``.
+    the parameters not already inside a wrapped descendant reach ``min_num_params``;
+    attention modules are never split nor wrapped alone (their parameters count into the
+    parent), containers without a forward are never wrapped.
     """
     chosen: list[nn.Module] = []
 
     def visit(module: nn.Module, is_root: bool) -> int:
         """Post-order walk; returns the parameter count left unwrapped under ``module``."""
+        if isinstance(module, _LEAF_MODULES) and rule.min_num_params is not None and not is_root:
+            return sum(p.numel() for p in module.parameters())  # counted into its parent
         own = sum(p.numel() for p in module.parameters(recurse=False))
-        if isinstance(module, _LEAF_MODULES) and rule.min_num_params is not None:
-            unwrapped = own + sum(p.numel() for c in module.children() for p in c.parameters())
-        else:
-            unwrapped = own + sum(visit(child, False) for child in module.children())
+        unwrapped = own + sum(visit(child, False) for child in module.children())
         if is_root or isinstance(module, _CONTAINERS):
             return unwrapped
         if rule.min_num_params is None:
