@@ -1,0 +1,166 @@
+"""``torch-fsdp2``: per-parameter sharding with ``fully_shard`` (DTensor shards).
+
+The import path is probed (``torch.distributed.fsdp`` from torch 2.6, before that
+``torch.distributed._composable.fsdp``).  ``zero_dp_3``/``zero_dp_2`` are
+``reshard_after_forward=True/False``; ``offload`` is ``CPUOffloadPolicy`` (which, unlike
+FSDP1's, runs on CPU); ``auto_wrap`` applies ``fully_shard`` to each chosen submodule and
+then the root; hybrid passes a 2-D ``(replicate, shard)`` mesh.
+
+Refused here so that ``resolve`` falls back to torch-fsdp1: ``no_shard`` (FSDP2 has no
+such mode), ``limit_all_gathers=`` (FSDP2 bounds memory by design and has no knob) and
+``backward_prefetch=post|none`` (FSDP2 always prefetches one unit ahead, the ``pre`` order).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections.abc import Iterator
+from typing import Any
+
+from torch import nn
+
+from ..options import Precision, Prefetch, ShardingOptions, Stage
+from ._base import OptimizerFactory, Placement, Plan, Probe, UnsupportedOptions
+from ._torch_common import (
+    TorchPrepared,
+    call_text,
+    compute_dtype,
+    device_mesh,
+    device_type,
+    mesh_shape,
+    mesh_text,
+    move_to_device,
+    torch_probe,
+)
+from ._wrap_policy import describe_rule, modules_to_wrap, wrap_rule
+
+__all__ = ["BACKEND", "FSDP2Prepared", "TorchFSDP2Backend", "fsdp2_api"]
+
+_PATHS = ("torch.distributed.fsdp", "torch.distributed._composable.fsdp")
+
+
+def fsdp2_api() -> tuple[str, Any] | None:
+    """``(module path, module)`` where ``fully_shard`` and its policies live, or ``None``."""
+    for path in _PATHS:
+        try:
+            module = importlib.import_module(path)
+        except ImportError:
+            continue
+        if all(hasattr(module, n) for n in ("fully_shard", "MixedPrecisionPolicy", "CPUOffloadPolicy")):
+            return path, module
+    return None
+
+
+class FSDP2Prepared(TorchPrepared):
+    """``no_sync`` switches off FSDP2's reduce-scatter on every sharded module."""
+
+    def no_sync(self) -> contextlib.AbstractContextManager[Any]:
+        return _gradient_sync_off(self.model)
+
+
+def _set_gradient_sync(model: nn.Module, enabled: bool) -> None:
+    for module in model.modules():
+        setter = getattr(module, "set_requires_gradient_sync", None)
+        if setter is not None:
+            setter(enabled, recurse=False)
+
+
+@contextlib.contextmanager
+def _gradient_sync_off(model: nn.Module) -> Iterator[None]:
+    _set_gradient_sync(model, False)
+    try:
+        yield
+    finally:
+        _set_gradient_sync(model, True)
+
+
+class TorchFSDP2Backend:
+    name = "torch-fsdp2"
+    serves: frozenset[Stage | None] = frozenset({Stage.ZERO_DP_2, Stage.ZERO_DP_3})
+
+    def probe(self) -> Probe:
+        found = fsdp2_api()
+        if found is None:
+            return torch_probe(self.name, {}, f"fully_shard is in none of {', '.join(_PATHS)} (torch < 2.4)")
+        path, module = found
+        features = {
+            "forward_prefetch": hasattr(module.FSDPModule, "set_modules_to_forward_prefetch"),
+            "gradient_sync": hasattr(module.FSDPModule, "set_requires_gradient_sync"),
+            f"import:{path}": True,
+        }
+        missing = "" if features["gradient_sync"] else "FSDPModule has no set_requires_gradient_sync"
+        return torch_probe(self.name, features, missing)
+
+    def _refuse(self, options: ShardingOptions, reason: str) -> UnsupportedOptions:
+        return UnsupportedOptions(self.name, options, reason, "torch-fsdp1 serves it (backend=torch-fsdp1)")
+
+    def plan(self, options: ShardingOptions, placement: Placement) -> Plan:
+        if options.stage not in self.serves:
+            raise self._refuse(options, f"FSDP2 has no {options.stage} mode")
+        if options.limit_all_gathers is not None:
+            raise self._refuse(options, "FSDP2 has no limit_all_gathers= (it bounds memory by design)")
+        if options.backward_prefetch not in (None, Prefetch.PRE):
+            raise self._refuse(
+                options, f"FSDP2 always prefetches in the 'pre' order, backward_prefetch={options.backward_prefetch} is not available"
+            )
+        if options.forward_prefetch and not self.probe().features.get("forward_prefetch"):
+            raise self._refuse(options, "this FSDP2 has no set_modules_to_forward_prefetch")
+        shape = mesh_shape(self.name, options, placement)
+        text: dict[str, str] = {
+            "mesh": mesh_text(shape, placement),
+            "reshard_after_forward": repr(options.stage is Stage.ZERO_DP_3),
+        }
+        dtype = compute_dtype(options)
+        if dtype is not None:
+            text["mp_policy"] = f"MixedPrecisionPolicy(param_dtype={dtype}, reduce_dtype={dtype})"
+        if options.offload:
+            text["offload_policy"] = f"CPUOffloadPolicy(pin_memory={placement.cuda})"
+        call = call_text("fully_shard", "module", **text)
+        notes: list[str] = []
+        if options.auto_wrap:
+            call = f"for each submodule by {describe_rule(options)}: {call}; then the root: {call}"
+        if options.forward_prefetch:
+            call += "; unit[i].set_modules_to_forward_prefetch([unit[i + 1]])"
+        if options.mixed_precision is Precision.FP16:
+            call += f"; ShardedGradScaler(device={device_type(placement)!r})"
+        if options.bucket_cap_mb is not None:
+            notes.append("bucket_cap_mb= is ignored: FSDP2 reduce-scatters each unit's gradients at once")
+        settings = {"mesh": shape, "dtype": dtype, "scaler": options.mixed_precision is Precision.FP16}
+        return Plan(self.name, options, call, settings, tuple(notes))
+
+    def wrap(
+        self, model: nn.Module, optimizer: OptimizerFactory, plan: Plan, placement: Placement
+    ) -> FSDP2Prepared:
+        found = fsdp2_api()
+        assert found is not None, "wrap() called without a successful probe()"
+        api = found[1]
+        options, settings = plan.options, plan.settings
+        kwargs: dict[str, Any] = {
+            "mesh": device_mesh(settings["mesh"], placement),
+            "reshard_after_forward": options.stage is Stage.ZERO_DP_3,
+        }
+        if settings["dtype"] is not None:
+            kwargs["mp_policy"] = api.MixedPrecisionPolicy(param_dtype=settings["dtype"], reduce_dtype=settings["dtype"])
+        if options.offload:
+            kwargs["offload_policy"] = api.CPUOffloadPolicy(pin_memory=placement.cuda)
+        model = move_to_device(model, placement)
+        units = modules_to_wrap(model, wrap_rule(model, options)) if options.auto_wrap else []
+        for unit in units:
+            api.fully_shard(unit, **kwargs)
+        api.fully_shard(model, **kwargs)
+        if options.forward_prefetch:
+            for unit, after in zip(units, units[1:]):
+                unit.set_modules_to_forward_prefetch([after])  # type: ignore[operator]
+        scaler = None
+        if settings["scaler"]:
+            from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+            scaler = ShardedGradScaler(device=device_type(placement), process_group=placement.process_group)
+        return FSDP2Prepared(
+            model=model, module=model, optimizer=optimizer(model.parameters()),
+            plan=plan, placement=placement, scaler=scaler,
+        )
+
+
+BACKEND = TorchFSDP2Backend()

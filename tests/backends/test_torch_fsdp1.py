@@ -1,0 +1,84 @@
+"""torch-fsdp1 (FullyShardedDataParallel) trains exactly like plain DDP on CPU/gloo.
+
+2 gloo ranks, one process group for every case. Tolerance: FP32_TOL (1e-5 max abs diff of
+losses, clip norms and final parameters); mixed precision as stated per test.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests._parity import (
+    BF16_TOL,
+    FP16_TOL,
+    FP32_TOL,
+    Case,
+    assert_matches_ddp,
+    case_id,
+    ddp_diff,
+    matrix,
+    run_cases,
+)
+
+B = "torch-fsdp1"
+OPTIONS = [
+    "zero_dp_2",
+    "zero_dp_3",
+    "no_shard",
+    "zero_dp_3 auto_wrap",
+    "zero_dp_3 wrap=Block",
+    "zero_dp_3 auto_wrap min_num_params=100",
+    "zero_dp_3 limit_all_gathers=true backward_prefetch=post",
+    "zero_dp_3 forward_prefetch=true backward_prefetch=none",
+]
+PARITY = [c for c in matrix(OPTIONS, B) if "wrap=Block" not in c.options or c.model == "blocks"]
+CLIP = [Case(o, B, model="blocks", optimizer="adamw", clip=0.1) for o in ("zero_dp_3 auto_wrap", "zero_dp_2")]
+ACCUMULATE = [Case(o, B, model=m, accumulate=2) for o in ("zero_dp_3 auto_wrap", "zero_dp_2") for m in ("mlp", "blocks")]
+BF16 = [Case("zero_dp_3 auto_wrap mixed_precision=bf16", B, model=m) for m in ("mlp", "blocks")]
+FP16 = [Case("zero_dp_3 mixed_precision=fp16", B, model="blocks", optimizer="adamw")]
+# Units: the root plus one per wrapped submodule (BlockModel has 2 Blocks; the MLP has none
+# of the default's 1e8 parameters, so only its root).
+UNITS = {
+    ("zero_dp_3 auto_wrap", "blocks"): 3,
+    ("zero_dp_3 wrap=Block", "blocks"): 3,
+    ("zero_dp_3 auto_wrap", "mlp"): 1,
+    ("zero_dp_3", "blocks"): 1,
+}
+
+
+@pytest.fixture(scope="module")
+def results() -> dict:
+    return run_cases(PARITY + CLIP + ACCUMULATE + BF16 + FP16, timeout=280)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("case", PARITY + CLIP + ACCUMULATE, ids=case_id)
+def test_matches_ddp(results: dict, case: Case) -> None:
+    got = assert_matches_ddp(results, case, FP32_TOL)
+    assert got.backend == B and got.info["call"].startswith("FullyShardedDataParallel(")
+    if (case.options, case.model) in UNITS:
+        assert got.info["units"] == UNITS[(case.options, case.model)], got.info["call"]
+
+
+def test_size_policy_splits_the_model(results: dict) -> None:
+    """min_num_params=100 wraps each Linear/attention/LayerNorm-bearing unit: more than the root."""
+    for model in ("mlp", "blocks"):
+        got = results[Case("zero_dp_3 auto_wrap min_num_params=100", B, model=model)]
+        assert got.info["units"] > 3, got.info
+
+
+@pytest.mark.parametrize("case", BF16, ids=case_id)
+def test_bf16_mixed_precision_close_to_fp32(results: dict, case: Case) -> None:
+    loss_diff, param_diff = ddp_diff(results, case)
+    assert max(loss_diff, param_diff) <= BF16_TOL
+    assert max(loss_diff, param_diff) > FP32_TOL, "bf16 gave fp32 numbers: MixedPrecision was not applied"
+    assert "MixedPrecision(param_dtype=torch.bfloat16" in results[case].info["call"]
+
+
+@pytest.mark.parametrize("case", FP16, ids=case_id)
+def test_fp16_uses_sharded_grad_scaler_and_learns(results: dict, case: Case) -> None:
+    got = results[case]
+    loss_diff, _ = ddp_diff(results, case)
+    assert got.info["scaler"] == "ShardedGradScaler"
+    assert got.losses[-1] < got.losses[0]
+    assert FP32_TOL < loss_diff <= FP16_TOL  # losses only: the scaler may skip a step
