@@ -116,7 +116,7 @@ class Prepared(abc.ABC):
         for param in self.model.parameters():
             local = param.to_local() if hasattr(param, "to_local") else param
             yield "param", local
-            if param.grad is not None:
+            if param.is_leaf and param.grad is not None:  # FSDP2's unsharded views are not leaves
                 grad = param.grad
                 yield "grad", grad.to_local() if hasattr(grad, "to_local") else grad
         for state in _local_optimizer(self.optimizer).state.values():
