@@ -90,7 +90,8 @@ class FairscaleImportsCommand(VisitorBasedCodemodCommand):
 
 
 def _tidy(aliases: list[cst.ImportAlias], node: cst.ImportFrom) -> list[cst.ImportAlias]:
-    """The aliases with the last one's trailing comma dropped unless the import is parenthesised."""
-    if node.lpar is not None or not aliases:
+    """The aliases, the last one ending the way the original last one did."""
+    names = node.names
+    if not aliases or isinstance(names, cst.ImportStar):
         return aliases
-    return [*aliases[:-1], aliases[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
+    return [*aliases[:-1], aliases[-1].with_changes(comma=names[-1].comma)]

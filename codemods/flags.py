@@ -271,7 +271,7 @@ def looks_like_command(segment: str) -> bool:
         return False
     name = word.rsplit("/", 1)[-1]
     return (
-        word.startswith("-")
+        word.startswith(("-", "$", PLACEHOLDER))  # an option, or "$PYTHON"/"{python}" running something
         or name in _LAUNCHERS
         or re.match(r"^python[0-9.]*$", name) is not None
         or name.endswith((".py", ".sh"))
@@ -348,6 +348,8 @@ def _find_value(text: str, fe: int, b: int) -> tuple[int, int, int, int] | None:
     if value is None:
         return None
     inner = text[value[0]:value[1]]
+    if inner in ("$@", "$*"):
+        return None  # "$@": the script's own arguments follow
     if text[pos] in "'\"" and "--" in inner:
         return None  # that quote closes the command; it does not open a value
     if value[2] < b and text[value[2]] in "<>":

@@ -19,6 +19,7 @@ Run under libcst's runner::
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Union
@@ -41,7 +42,7 @@ from .flags import (
     translate,
 )
 from .report import Edit, Finding
-from .spans import SpanEdit, apply_spans, marker_lines
+from .spans import SpanEdit, apply_spans, file_skipped, marker_lines
 
 __all__ = [
     "LegacyCommandLines",
@@ -59,7 +60,6 @@ _SCRATCH = "shardcompat.records"
 _QUIET_CALLS = frozenset({"print", "debug", "info", "warning", "warn", "error", "exception",
                           "critical", "log", "echo", "secho", "write", "fail", "skip"})
 _QUIET_KEYWORDS = frozenset({"help", "description", "epilog", "usage", "msg", "message", "doc"})
-_TOP_LINES = 5
 
 StringLeaf = Union[cst.SimpleString, cst.FormattedString]
 
@@ -85,7 +85,7 @@ def records_of(context: CodemodContext) -> Records:
 def set_markers(records: Records, code: str) -> None:
     """Find the skip markers once per module (a marker near the top skips the whole file)."""
     records.marked = marker_lines(code)
-    records.skipped = any(n <= _TOP_LINES for n in records.marked)
+    records.skipped = file_skipped(code, records.marked)
 
 
 def _name(node: cst.BaseExpression) -> str:
@@ -380,17 +380,39 @@ class _Piece:
     leaf: int
     part: int | None  # index in FormattedString.parts, None for a SimpleString
     editable: bool
+    view: str = ""  # what the shell rules read (same length as text)
+
+    def __post_init__(self) -> None:
+        self.view = self.view or self.text
+
+
+_ESCAPES = {"\\": " \\", "n": " \n", "t": "  ", '"': ' "', "'": " '"}
+
+
+def _shell_view(raw: str, prefix: str) -> str:
+    """The source text of a string as the shell would see its value, at the same offsets.
+
+    ``\\\\`` + newline in the source is a line continuation once evaluated, ``\\n`` a newline:
+    two-character escapes map to two characters that mean the same to the shell rules.
+    """
+    if "r" in prefix.lower() or "\\" not in raw:
+        return raw
+    return _ESCAPE.sub(lambda m: _ESCAPES.get(m.group(1), m.group(0)), raw)
+
+
+_ESCAPE = re.compile(r"\\(.)", re.S)
 
 
 def _pieces(leaves: Sequence[cst.BaseExpression]) -> list[_Piece] | None:
     pieces: list[_Piece] = []
     for index, leaf in enumerate(leaves):
         if isinstance(leaf, cst.SimpleString):
-            pieces.append(_Piece(leaf.raw_value, index, None, True))
+            pieces.append(_Piece(leaf.raw_value, index, None, True, _shell_view(leaf.raw_value, leaf.prefix)))
         elif isinstance(leaf, cst.FormattedString):
+            prefix = leaf.start.rstrip("'\"")
             for part_index, part in enumerate(leaf.parts):
                 if isinstance(part, cst.FormattedStringText):
-                    pieces.append(_Piece(part.value, index, part_index, True))
+                    pieces.append(_Piece(part.value, index, part_index, True, _shell_view(part.value, prefix)))
                 else:
                     pieces.append(_Piece(PLACEHOLDER, index, part_index, False))
         else:
@@ -419,7 +441,7 @@ def _common(a: str, b: str) -> int:
 
 def _narrow(pieces: list[_Piece]) -> Callable[[SpanEdit], SpanEdit]:
     """Shrink an edit to what really changes (so ``"--sharded_ddp " "true"`` edits one part)."""
-    joined = "".join(p.text for p in pieces)
+    joined = "".join(p.view for p in pieces)
 
     def narrow(edit: SpanEdit) -> SpanEdit:
         old, new = joined[edit.start:edit.end], edit.new
@@ -566,7 +588,7 @@ class LegacyCommandLines(_Command):
         pieces = _pieces(leaves)
         if pieces is None:
             return updated
-        joined = "".join(p.text for p in pieces)
+        joined = "".join(p.view for p in pieces)
         if FLAG not in joined or joined.strip() in (FLAG, FSDP_FLAG) or self.blocked(original):
             return updated
         found = rewrite_commands(joined, to=self.to, quote=_other_quote(leaves[0]), prose_guard=True,

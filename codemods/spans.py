@@ -85,9 +85,16 @@ def marker_lines(text: str) -> frozenset[int]:
     )
 
 
-def file_skipped(text: str) -> bool:
-    """True when the marker is in the first lines of the file."""
-    return any(n <= _TOP_LINES for n in marker_lines(text))
+_COMMENT_ONLY = re.compile(r"^\s*(#|//|<!--|\.\.|;|--|%|rem\b|/\*|\"\"\"|\"|')", re.I)
+
+
+def file_skipped(text: str, marked: frozenset[int] | None = None) -> bool:
+    """True when a comment line near the top of the file (first five lines) holds the marker."""
+    marked = marker_lines(text) if marked is None else marked
+    if not marked or min(marked) > _TOP_LINES:
+        return False
+    lines = text.splitlines()[:_TOP_LINES]
+    return any(_COMMENT_ONLY.match(lines[n - 1]) for n in marked if n <= len(lines))
 
 
 def drop_marked(edits: Sequence[SpanEdit], index: LineIndex, marked: frozenset[int]) -> list[SpanEdit]:
