@@ -132,11 +132,11 @@ class Prepared(abc.ABC):
         written: Path = save_checkpoint(self, path, **extra)
         return written
 
-    def load_checkpoint(self, path: str | Path) -> dict[str, Any]:
-        """Restore model, optimizer, step and RNG states from ``path`` (collective)."""
+    def load_checkpoint(self, path: str | Path, *, scheduler: Any = None) -> dict[str, Any]:
+        """Restore model, optimizer, step, RNG (and ``scheduler``) from ``path`` (collective)."""
         from .checkpoint import load_checkpoint
 
-        extra: dict[str, Any] = load_checkpoint(self, path)
+        extra: dict[str, Any] = load_checkpoint(self, path, scheduler=scheduler)
         return extra
 
 
