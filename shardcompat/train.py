@@ -35,7 +35,7 @@ from .report import RankResult, RunResult, build_report, render_table
 if TYPE_CHECKING:
     from .models import ModelConfig
 
-__all__ = ["configure_parser", "run"]
+__all__ = ["RunConfig", "configure_parser", "run", "train_rank"]
 
 _TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
@@ -218,10 +218,14 @@ def _merge(per_rank: list[RunResult]) -> RunResult:
 
 def _train_ranks(rank: int, world_size: int, configs: list[RunConfig]) -> list[RunResult]:
     """Every rank calls this in an initialised process group; one result per config."""
-    return [_train(rank, world_size, config) for config in configs]
+    return [train_rank(rank, world_size, config) for config in configs]
 
 
-def _train(rank: int, world_size: int, config: RunConfig) -> RunResult:
+def train_rank(rank: int, world_size: int, config: RunConfig) -> RunResult:
+    """Train ``config`` as ``rank`` of an initialised process group (every rank calls it).
+
+    The CLI's unit of work, public so benchmarks measure exactly what the command measures.
+    """
     import torch
     import torch.distributed as dist
 

@@ -1,0 +1,169 @@
+"""Per-rank state bytes of each sharding mode against the ZeRO paper's model (Adam, fp32).
+
+For Ψ parameters the paper's model holds, per rank on N ranks: DDP 16Ψ (parameters 4Ψ,
+gradients 4Ψ, Adam's two moments 8Ψ); stage 1 8Ψ + 8Ψ/N; stage 2 4Ψ + 12Ψ/N; stage 3 16Ψ/N;
+offload keeps the sharded part in host memory.  Every row is measured by ``shardcompat
+train``'s own code (unique storages, the largest point of the last step) on every backend
+that can serve it here, and printed as measured/expected.  Target: sharded rows within 5%.
+
+    python -m benchmarks.memory [--quick]      # writes docs/img/memory.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from shardcompat.launch import spawn
+from shardcompat.models import ModelConfig, build_model, count_parameters
+from shardcompat.options import parse_options
+from shardcompat.report import format_bytes
+
+ROOT = Path(__file__).resolve().parents[1]
+OPTIONS = ("", "simple", "zero_dp_1", "zero_dp_2", "zero_dp_3", "zero_dp_3 offload")
+# Bytes per parameter for Adam in fp32: (held whole on every rank, divided among the N ranks).
+ZERO_MODEL = {0: (16, 0), 1: (8, 8), 2: (4, 12), 3: (0, 16)}
+# Every dimension a multiple of 4 so no shard is padded on 2 or 4 ranks.
+MODEL = ModelConfig(kind="gpt", layers=4, dim=256, heads=4, vocab=256, seq_len=64)
+QUICK_MODEL = ModelConfig(kind="gpt", layers=2, dim=128, heads=4, vocab=128, seq_len=32)
+
+
+@dataclass(frozen=True)
+class Row:
+    options: str
+    backend: str
+    nproc: int
+    measured: int  # the largest rank's total
+    measured_cpu: int
+    expected: float
+    expected_cpu: float
+
+    @property
+    def ratio(self) -> float:
+        return self.measured / self.expected
+
+
+def expected_bytes(options: str, nproc: int, psi: int, device: str) -> tuple[float, float]:
+    """The ZeRO model's per-rank bytes, and how much of it is in host memory."""
+    parsed = parse_options(options)
+    whole, sharded = ZERO_MODEL[parsed.zero_stage]
+    total = psi * (whole + sharded / nproc)
+    if device == "cpu":
+        return total, total
+    return total, psi * sharded / nproc if parsed.offload else 0.0
+
+
+def servers(options: str, nproc: int) -> list[str]:
+    """Every backend that can serve ``options`` on ``nproc`` local ranks here."""
+    from shardcompat.backends import NoBackendAvailable, Placement, candidates, resolve
+
+    placement = Placement(world_size=nproc, local_world_size=nproc)
+    names = []
+    for name in candidates("auto"):
+        try:
+            names.append(resolve(parse_options(options), name, placement).backend)
+        except (NoBackendAvailable, ImportError):
+            continue
+    return names
+
+
+def _measure(rank: int, world_size: int, cases: list[tuple[str, str]], model: ModelConfig) -> list[Any]:
+    """On every rank: the state of each (options, backend) case, or why it failed."""
+    import torch.distributed as dist
+
+    from shardcompat.train import RunConfig, train_rank
+
+    out: list[Any] = []
+    for options, backend in cases:
+        config = RunConfig(options or "ddp", options, backend, model, steps=2, batch_size=4,
+                           lr=1e-3, seed=0, device="cpu", progress="off")
+        try:
+            out.append(train_rank(rank, world_size, config).ranks[0].state)
+        except Exception as error:  # one case failing must not hide the others
+            out.append(f"{type(error).__name__}: {error}")
+            dist.barrier()
+    return out
+
+
+def measure(nproc: int, model: ModelConfig) -> tuple[list[Row], list[str]]:
+    psi = count_parameters(build_model(model, 0))
+    cases = [(options, backend) for options in OPTIONS for backend in servers(options, nproc)]
+    per_rank = spawn(_measure, nproc, (cases, model), timeout=900)
+    rows, failures = [], []
+    for i, (options, backend) in enumerate(cases):
+        states = [results[i] for results in per_rank]
+        if any(isinstance(s, str) for s in states):
+            failures.append(f"{options or 'ddp'} on {backend}, {nproc} ranks: {next(s for s in states if isinstance(s, str))}")
+            continue
+        worst = max(states, key=lambda s: s.total)
+        total, cpu = expected_bytes(options, nproc, psi, "cpu")
+        rows.append(Row(options or "ddp", backend, nproc, worst.total, worst.cpu, total, cpu))
+    return rows, failures
+
+
+def table(rows: list[Row], psi: int) -> str:
+    lines = [f"GPT with Ψ = {psi:,} parameters, Adam fp32; per-rank state of the largest rank",
+             f"{'options':<18} {'backend':<14} {'N':>2} {'measured':>11} {'ZeRO model':>11} {'ratio':>6}  on CPU"]
+    for r in rows:
+        lines.append(f"{r.options:<18} {r.backend:<14} {r.nproc:>2} {format_bytes(r.measured):>11} "
+                     f"{format_bytes(r.expected):>11} {r.ratio:6.3f}  {format_bytes(r.measured_cpu)}")
+    return "\n".join(lines)
+
+
+def plot(rows: list[Row], psi: int, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    counts = sorted({r.nproc for r in rows})
+    fig, axes = plt.subplots(1, len(counts), figsize=(6.5 * len(counts), 4.5), squeeze=False, sharey=True)
+    for ax, nproc in zip(axes[0], counts):
+        mine = [r for r in rows if r.nproc == nproc]
+        xs = range(len(mine))
+        ax.bar(xs, [r.measured / psi for r in mine], color="tab:blue", label="measured")
+        ax.scatter(xs, [r.expected / psi for r in mine], color="black", marker="_", s=600, zorder=3,
+                   label="ZeRO model")
+        ax.set_xticks(list(xs), [f"{r.options}\n{r.backend}" for r in mine], rotation=60, ha="right", fontsize=8)
+        ax.set_title(f"{nproc} ranks")
+        ax.set_ylabel("state bytes per rank / Ψ")
+        ax.legend()
+    fig.suptitle(f"Per-rank parameter + gradient + Adam state, GPT Ψ={psi:,} (fp32)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a smaller model, 2 ranks only")
+    parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "img" / "memory.png")
+    args = parser.parse_args()
+    model = QUICK_MODEL if args.quick else MODEL
+    psi = count_parameters(build_model(model, 0))
+    rows, failures = [], []
+    for nproc in (2,) if args.quick else (2, 4):
+        measured, failed = measure(nproc, model)
+        rows += measured
+        failures += failed
+    print(table(rows, psi))
+    for failure in failures:
+        print(f"failed: {failure.splitlines()[0]}")
+    sharded = [r for r in rows if r.options != "ddp"]
+    worst = max(sharded, key=lambda r: abs(r.ratio - 1))
+    print(f"\nworst sharded row: {worst.options} on {worst.backend}, {worst.nproc} ranks: ratio {worst.ratio:.3f}"
+          f" ({'within' if abs(worst.ratio - 1) <= 0.05 else 'OUTSIDE'} the 5% target)")
+    plot(rows, psi, args.plot)
+    results = ROOT / "benchmarks" / "results"
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "memory.json").write_text(json.dumps(
+        {"psi": psi, "rows": [{**r.__dict__, "ratio": r.ratio} for r in rows], "failures": failures}, indent=2))
+    print(f"wrote {args.plot.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
