@@ -135,9 +135,10 @@ def _global_mean(value: torch.Tensor) -> float:
 class _Reference:
     """Plain DDP with the same loop surface as ``Prepared``."""
 
-    def __init__(self, model: nn.Module, optimizer: str) -> None:
-        self.module = model
-        self.model = nn.parallel.DistributedDataParallel(model)
+    def __init__(self, model: nn.Module, optimizer: str, device: torch.device) -> None:
+        self.module = model.to(device)
+        ids = [device.index] if device.type == "cuda" else None
+        self.model = nn.parallel.DistributedDataParallel(self.module, device_ids=ids)
         self.optimizer = OPTIMIZERS[optimizer](self.model.parameters())
         self.backend = "reference-ddp"
 
@@ -160,7 +161,14 @@ class _Reference:
         return nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
-        return {k: v.detach().clone() for k, v in self.module.state_dict().items()}
+        return {k: v.detach().to("cpu", copy=True) for k, v in self.module.state_dict().items()}
+
+
+def _device() -> torch.device:
+    """This rank's device: its GPU under NCCL, else the CPU."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 def sharded_units(model: nn.Module) -> int:
@@ -188,16 +196,17 @@ def _prepare(case: Case, model: nn.Module, prepare_kwargs: dict[str, Any] | None
 def train(case: Case, rank: int, prepare_kwargs: dict[str, Any] | None = None) -> Result:
     """Run ``case`` on this rank; every rank must call it. State is returned on rank 0."""
     model = build_model(case.model)
+    device = _device()
     if case.options is None:
-        runner: Any = _Reference(model, case.optimizer)
+        runner: Any = _Reference(model, case.optimizer, device)
     else:
         runner = _prepare(case, model, prepare_kwargs)
     losses: list[float] = []
     norms: list[float] = []
     for step in range(case.steps):
-        total = torch.zeros(())
+        total = torch.zeros((), device=device)
         for micro in range(case.accumulate):
-            x, y = batch(case.model, rank, step * case.accumulate + micro)
+            x, y = (t.to(device) for t in batch(case.model, rank, step * case.accumulate + micro))
             last = micro == case.accumulate - 1
             ctx = runner.no_sync() if not last else _nullcontext()
             with ctx:
@@ -239,10 +248,13 @@ def _run_cases(rank: int, world_size: int, cases: Sequence[Case]) -> list[Result
     return out
 
 
-def run_cases(cases: Sequence[Case], nprocs: int = 2, timeout: float = 600.0) -> dict[Case, Result | str]:
-    """Train every case (and its DDP reference) in one process group; rank 0's results."""
+def run_cases(cases: Sequence[Case], nprocs: int = 2, timeout: float = 600.0,
+              backend: str = "gloo") -> dict[Case, Result | str]:
+    """Train every case (and its DDP reference) in one process group; rank 0's results.
+
+    ``backend="nccl"`` trains on each rank's GPU (the same code, for ``gpu`` tests)."""
     every = list(dict.fromkeys([c for case in cases for c in (case.reference, case)]))
-    results = spawn(_run_cases, nprocs, (every,), timeout=timeout)[0]
+    results = spawn(_run_cases, nprocs, (every,), timeout=timeout, backend=backend)[0]
     return dict(zip(every, results))
 
 
