@@ -58,7 +58,7 @@ def test_bf16_autocast_close_to_fp32(results: dict, case: Case) -> None:
 @pytest.mark.parametrize("case", FP16, ids=case_id)
 def test_fp16_uses_grad_scaler_and_learns(results: dict, case: Case) -> None:
     got = results[case]
-    loss_diff, param_diff = ddp_diff(results, case)
+    loss_diff, _ = ddp_diff(results, case)
     assert got.info["scaler"] == "GradScaler"
     assert got.losses[-1] < got.losses[0]
     # Losses only: a scaler may skip an overflowing step, which moves AdamW's parameters by
