@@ -7,7 +7,7 @@ import os
 import subprocess
 from collections.abc import Iterable, Iterator, Sequence
 
-__all__ = ["ALWAYS_SKIP", "git_toplevel", "is_skipped_dir", "iter_files"]
+__all__ = ["ALWAYS_SKIP", "git_toplevel", "is_skipped_dir", "iter_files", "project_root"]
 
 #: Folder names never walked into, whatever git says.
 ALWAYS_SKIP = frozenset({
@@ -34,6 +34,22 @@ def git_toplevel(path: str) -> str | None:
         return None
     top = done.stdout.strip()
     return os.path.realpath(top) if done.returncode == 0 and top else None
+
+
+_PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", "requirements.txt", ".git")
+
+
+def project_root(path: str, levels: int = 8) -> str | None:
+    """Outside git: the nearest folder at or above ``path`` that looks like a project root."""
+    folder = path if os.path.isdir(path) else os.path.dirname(path)
+    for _ in range(levels):
+        if any(os.path.exists(os.path.join(folder, m)) for m in _PROJECT_MARKERS):
+            return folder
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    return None
 
 
 def _git_files(top: str, folder: str) -> list[str] | None:
@@ -91,10 +107,10 @@ def iter_files(paths: Iterable[str], excludes: Sequence[str] = ()) -> Iterator[t
         top = git_toplevel(path)
         listed: list[str] | None = None
         if os.path.isfile(path):
-            root = top or os.path.dirname(path)
+            root = top or project_root(path) or os.path.dirname(path)
             candidates: Iterable[str] = [path]
         else:
-            root = top or path
+            root = top or project_root(path) or path
             listed = _git_files(top, path) if top else None
             candidates = sorted(listed) if listed is not None else _os_walk(path)
         for file in candidates:

@@ -1,0 +1,113 @@
+"""The shared flag rules, on their own, plus idempotence on random command lines."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from codemods.flags import argv_action, command_segments, looks_like_command, meaning, plan_argv, rewrite_commands
+from codemods.spans import apply_spans
+
+
+def migrate(text: str, to: str = "list") -> str:
+    return apply_spans(text, rewrite_commands(text, to=to).edits)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("before", "after"), [
+    ("x --sharded_ddp --fp16", "x --sharded_ddp simple --fp16"),
+    ("x --sharded_ddp", "x --sharded_ddp simple"),
+    ("x --sharded_ddp \\\n --fp16", "x --sharded_ddp simple \\\n --fp16"),
+    ("x --sharded_ddp; y", "x --sharded_ddp simple; y"),
+    ("x --sharded_ddp && y", "x --sharded_ddp simple && y"),
+    ("x --sharded_ddp || y", "x --sharded_ddp simple || y"),
+    ("x --sharded_ddp | y", "x --sharded_ddp simple | y"),
+    ("$(x --sharded_ddp)", "$(x --sharded_ddp simple)"),
+    ("sh -c 'x --sharded_ddp'", "sh -c 'x --sharded_ddp simple'"),
+    ("x --sharded_ddp > log", "x --sharded_ddp simple > log"),
+    ("x --sharded_ddp True", "x --sharded_ddp simple"),
+    ("x --sharded_ddp=1 y", "x --sharded_ddp=simple y"),
+    ("x --sharded_ddp 'yes'", "x --sharded_ddp 'simple'"),
+    ("x --sharded_ddp False --fp16", "x --fp16"),
+    ("x --sharded_ddp=no", "x"),
+    ("x \\\n  --sharded_ddp 0 \\\n  --fp16", "x \\\n  --fp16"),
+    ("x \\\n  --fp16 \\\n  --sharded_ddp false\ny", "x \\\n  --fp16\ny"),
+    ("x --sharded_ddp zero_dp_2", "x --sharded_ddp zero_dp_2"),
+    ('x --sharded_ddp "zero_dp_3 offload"', 'x --sharded_ddp "zero_dp_3 offload"'),
+    ("x --sharded_ddp simple", "x --sharded_ddp simple"),
+    ("echo --sharded_ddp", "echo --sharded_ddp"),
+    ("# x --sharded_ddp", "# x --sharded_ddp"),
+    ("x --sharded_ddp_extra", "x --sharded_ddp_extra"),
+])
+def test_list_rules(before: str, after: str) -> None:
+    assert migrate(before) == after
+
+
+@pytest.mark.parametrize(("before", "after"), [
+    ("x --sharded_ddp", "x --fsdp shard_grad_op"),
+    ("x --sharded_ddp zero_dp_3 offload auto_wrap", 'x --fsdp "full_shard offload auto_wrap"'),
+    ("x --sharded_ddp=zero_dp_2", "x --fsdp=shard_grad_op"),
+    ("x --sharded_ddp 'zero_dp_3 offload'", "x --fsdp 'full_shard offload'"),
+    ("x --sharded_ddp false", "x"),
+])
+def test_fsdp_rules(before: str, after: str) -> None:
+    assert migrate(before, "fsdp") == after
+
+
+def test_fsdp_matches_the_grammar() -> None:
+    from shardcompat.options import parse_options
+
+    for words in ("zero_dp_3", "zero_dp_2", "zero_dp_3 offload", "zero_dp_2 auto_wrap", "simple"):
+        out = migrate(f'x --sharded_ddp "{words}"', "fsdp")
+        assert out == f'x --fsdp "{parse_options(words).to_hf_fsdp().fsdp}"'
+
+
+def test_values_that_are_not_literals_warn() -> None:
+    found = rewrite_commands("x --sharded_ddp $MODE")
+    assert not found.edits and [i.rule for i in found.issues] == ["unknown-value"]
+
+
+def test_meaning() -> None:
+    assert meaning(None).kind == "true"
+    assert meaning("YES").kind == "true" and meaning("0").kind == "false"
+    assert meaning("zero_dp_2 offload").kind == "list"
+    assert meaning("nonsense").kind == "unknown"
+
+
+def test_argv() -> None:
+    assert argv_action(None, "list").kind == "insert"
+    assert argv_action("--fp16", "list").kind == "insert"
+    assert argv_action("true", "list").kind == "replace"
+    assert argv_action("false", "list").kind == "drop"
+    assert argv_action("zero_dp_2", "list").kind == "leave"
+    assert argv_action(None, "list", opaque=True).kind == "warn"
+    assert [s.drop for s in plan_argv(["--sharded_ddp=0"], "list")] == [(0,)]
+
+
+def test_prose_guard_and_segments() -> None:
+    assert looks_like_command("python train.py --sharded_ddp")
+    assert looks_like_command("--fp16 --sharded_ddp")
+    assert not looks_like_command("Enable --sharded_ddp to shard")
+    text = "a; b && c # d\ne"
+    assert [text[a:b].strip() for a, b in command_segments(text)] == ["a", "b", "c", "e"]
+
+
+_WORDS = st.sampled_from(["python", "train.py", "--fp16", "--sharded_ddp", "--sharded_ddp=true",
+                          "true", "false", "no", "1", "zero_dp_2", "offload", "'zero_dp_3 offload'",
+                          "\\\n", ";", "&&", "|", "echo", "--seed", "42", "\n", "#", "$X"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_WORDS, min_size=1, max_size=14), st.sampled_from(["list", "fsdp"]))
+def test_idempotent_on_random_command_lines(words: list[str], to: str) -> None:
+    text = " ".join(words)
+    once = migrate(text, to)
+    assert migrate(once, to) == once
+    if to == "list" and not {"#", "echo"} & set(words) and not rewrite_commands(text).issues:
+        for match in _AFTER_FLAG.finditer(once):
+            assert meaning(match.group(1).strip("'")).kind == "list", (text, once)
+
+
+_AFTER_FLAG = re.compile(r"--sharded_ddp(?:=|[ \t]+(?:\\\n[ \t]*)*)(\S+)")
