@@ -8,7 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from codemods.flags import argv_action, command_segments, looks_like_command, meaning, plan_argv, rewrite_commands
+from codemods.flags import (
+    argv_action,
+    command_segments,
+    looks_like_command,
+    meaning,
+    plan_argv,
+    rewrite_commands,
+)
 from codemods.spans import apply_spans
 
 
