@@ -19,7 +19,7 @@ from torch import nn
 
 from ..options import Precision, ShardingOptions
 from ..prepared import Prepared
-from ._base import Placement, Probe
+from ._base import Placement, Probe, UnsupportedOptions
 
 __all__ = [
     "MESH_DIMS",
@@ -73,8 +73,6 @@ def move_to_device(model: nn.Module, placement: Placement) -> nn.Module:
 
 
 def _check_hybrid(backend: str, options: ShardingOptions, placement: Placement) -> None:
-    from ._base import UnsupportedOptions
-
     if placement.world_size % max(1, placement.local_world_size):
         raise UnsupportedOptions(
             backend, options,
