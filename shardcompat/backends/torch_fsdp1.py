@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -104,43 +104,19 @@ class TorchFSDP1Backend:
                 "use backend=torch-fsdp2 (CPUOffloadPolicy works on CPU) or run on CUDA",
             )
         notes: list[str] = []
-        text: dict[str, str] = {"sharding_strategy": f"ShardingStrategy.{strategy}"}
-        if options.offload:
-            text["cpu_offload"] = "CPUOffload(offload_params=True)"
-        if options.auto_wrap:
-            text["auto_wrap_policy"] = _policy_text(options)
-            if not options.wrap and options.min_num_params is None:
-                notes.append(
-                    f"auto_wrap uses the model's _no_split_modules, else min_num_params="
-                    f"{DEFAULT_MIN_NUM_PARAMS} (torch's default); set wrap= or min_num_params= to choose"
-                )
-        dtype = compute_dtype(options)
-        if dtype is not None:
-            text["mixed_precision"] = f"MixedPrecision(param_dtype={dtype}, reduce_dtype={dtype}, buffer_dtype={dtype})"
-        if options.backward_prefetch is not None:
-            value = _PREFETCH[options.backward_prefetch]
-            text["backward_prefetch"] = f"BackwardPrefetch.{value}" if value else "None"
-        for knob in ("forward_prefetch", "limit_all_gathers"):
-            if getattr(options, knob) is not None:
-                text[knob] = repr(getattr(options, knob))
-        text["device_id"] = f"torch.device({placement.device!r})"
-        text["use_orig_params"] = "True"
+        if options.auto_wrap and not options.wrap and options.min_num_params is None:
+            notes.append(
+                f"auto_wrap uses the model's _no_split_modules, else min_num_params="
+                f"{DEFAULT_MIN_NUM_PARAMS} (torch's default); set wrap= or min_num_params= to choose"
+            )
         shape = mesh_shape(self.name, options, placement)
-        if options.hybrid:
-            text["device_mesh"] = mesh_text(shape, placement)
-        elif placement.process_group is not None:
-            text["process_group"] = "process_group"
+        args = _fsdp_args(options, placement, strategy, shape)
         if options.bucket_cap_mb is not None:
             notes.append("bucket_cap_mb= is ignored: FSDP1 reduces each unit's gradients in one collective")
-        call = call_text("FullyShardedDataParallel", "module", **text)
+        call = call_text("FullyShardedDataParallel", "module", **{k: t for k, (t, _) in args.items()})
         if options.mixed_precision is Precision.FP16:
             call += f"; ShardedGradScaler(device={device_type(placement)!r})"
-        settings = {
-            "strategy": strategy,
-            "mesh": shape if options.hybrid else None,
-            "dtype": dtype,
-            "scaler": options.mixed_precision is Precision.FP16,
-        }
+        settings = {"strategy": strategy, "mesh": shape, "scaler": options.mixed_precision is Precision.FP16}
         return Plan(self.name, options, call, settings, tuple(notes))
 
     def wrap(
@@ -148,9 +124,11 @@ class TorchFSDP1Backend:
     ) -> FSDP1Prepared:
         from torch.distributed.fsdp import FullyShardedDataParallel
 
-        wrapped = FullyShardedDataParallel(model, **_fsdp_kwargs(model, plan, placement))
+        settings = plan.settings
+        args = _fsdp_args(plan.options, placement, settings["strategy"], settings["mesh"])
+        wrapped = FullyShardedDataParallel(model, **{k: make(model) for k, (_, make) in args.items()})
         scaler = None
-        if plan.settings["scaler"]:
+        if settings["scaler"]:
             from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
             scaler = ShardedGradScaler(device=device_type(placement), process_group=placement.process_group)
@@ -160,34 +138,54 @@ class TorchFSDP1Backend:
         )
 
 
-def _fsdp_kwargs(model: nn.Module, plan: Plan, placement: Placement) -> dict[str, Any]:
-    """The real keyword arguments behind the plan's call text."""
+_Arg = tuple[str, Callable[[nn.Module], Any]]  # (text in the plan, builds the value for a model)
+
+
+def _const(text: str, value: Callable[[], Any]) -> _Arg:
+    return text, lambda _model: value()
+
+
+def _returns(value: Any) -> Callable[[nn.Module], Any]:
+    return lambda _model: value
+
+
+def _fsdp_args(
+    options: ShardingOptions, placement: Placement, strategy: str, shape: tuple[int, ...]
+) -> dict[str, _Arg]:
+    """Every keyword of the FSDP call, as its plan text and the code that builds it: one
+    table, so ``explain`` cannot drift from what ``wrap`` does."""
     from torch.distributed import fsdp
 
-    options, settings = plan.options, plan.settings
-    kwargs: dict[str, Any] = {
-        "sharding_strategy": getattr(fsdp.ShardingStrategy, settings["strategy"]),
-        "device_id": torch.device(placement.device),
-        "use_orig_params": True,
+    args: dict[str, _Arg] = {
+        "sharding_strategy": _const(f"ShardingStrategy.{strategy}", lambda: getattr(fsdp.ShardingStrategy, strategy)),
     }
-    if settings["mesh"] is not None:
-        kwargs["device_mesh"] = device_mesh(settings["mesh"], placement)
-    elif placement.process_group is not None:
-        kwargs["process_group"] = placement.process_group
     if options.offload:
-        kwargs["cpu_offload"] = fsdp.CPUOffload(offload_params=True)
+        args["cpu_offload"] = _const("CPUOffload(offload_params=True)", lambda: fsdp.CPUOffload(offload_params=True))
     if options.auto_wrap:
-        kwargs["auto_wrap_policy"] = _policy(model, options)
-    if settings["dtype"] is not None:
-        dtype = settings["dtype"]
-        kwargs["mixed_precision"] = fsdp.MixedPrecision(param_dtype=dtype, reduce_dtype=dtype, buffer_dtype=dtype)
+        args["auto_wrap_policy"] = (_policy_text(options), lambda model: _policy(model, options))
+    dtype = compute_dtype(options)
+    if dtype is not None:
+        args["mixed_precision"] = _const(
+            f"MixedPrecision(param_dtype={dtype}, reduce_dtype={dtype}, buffer_dtype={dtype})",
+            lambda: fsdp.MixedPrecision(param_dtype=dtype, reduce_dtype=dtype, buffer_dtype=dtype),
+        )
     if options.backward_prefetch is not None:
-        value = _PREFETCH[options.backward_prefetch]
-        kwargs["backward_prefetch"] = getattr(fsdp.BackwardPrefetch, value) if value else None
+        prefetch = _PREFETCH[options.backward_prefetch]
+        args["backward_prefetch"] = _const(
+            f"BackwardPrefetch.{prefetch}" if prefetch else "None",
+            lambda: getattr(fsdp.BackwardPrefetch, prefetch) if prefetch else None,
+        )
     for knob in ("forward_prefetch", "limit_all_gathers"):
-        if getattr(options, knob) is not None:
-            kwargs[knob] = getattr(options, knob)
-    return kwargs
+        value = getattr(options, knob)
+        if value is not None:
+            args[knob] = (repr(value), _returns(value))
+    args["device_id"] = _const(f"torch.device({placement.device!r})", lambda: torch.device(placement.device))
+    args["use_orig_params"] = _const("True", lambda: True)
+    if options.hybrid:
+        args["device_mesh"] = _const(mesh_text(shape, placement), lambda: device_mesh(shape, placement))
+    elif placement.process_group is not None:
+        args["process_group"] = _const("process_group", lambda: placement.process_group)
+    return args
 
 
 def _policy_text(options: ShardingOptions) -> str:
