@@ -1,0 +1,97 @@
+"""Which implementation serves each fairscale class here: real fairscale or native torch.
+
+Decided by the same capability probes as ``shardcompat.prepare`` (``backends.get(name).probe()``),
+once per process, and logged at INFO on ``shardcompat.fairscale``.  ``SHARDCOMPAT_FAIRSCALE``
+(``auto``, the default; ``fairscale``; ``native``) overrides the choice: ``fairscale`` turns a
+failed probe into an error instead of a fallback.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from dataclasses import dataclass
+
+import torch
+
+from ..backends import get as get_backend
+from ._arguments import FAIRSCALE, NATIVE
+
+__all__ = ["ENV", "FAMILIES", "Choice", "announce", "choose", "describe"]
+
+ENV = "SHARDCOMPAT_FAIRSCALE"
+log = logging.getLogger("shardcompat.fairscale")
+
+# OSS and ShardedDataParallel must come from the same library: ShardedDDP drives OSS's internals.
+FAMILIES = {
+    "OSS": "sdp",
+    "ShardedDataParallel": "sdp",
+    "FullyShardedDataParallel": "fsdp",
+    "ShardedGradScaler": "scaler",
+}
+_BACKEND = {"sdp": "fairscale-sdp", "fsdp": "fairscale-fsdp"}
+
+
+@dataclass(frozen=True)
+class Choice:
+    family: str
+    impl: str  # FAIRSCALE or NATIVE
+    reason: str
+
+
+def _setting() -> str:
+    value = os.environ.get(ENV, "auto").strip().lower() or "auto"
+    if value not in ("auto", FAIRSCALE, NATIVE):
+        raise ValueError(f"{ENV}={value!r}: choose auto, fairscale or native")
+    return value
+
+
+def _fairscale_unusable(family: str) -> str:
+    """Why real fairscale cannot serve ``family`` here, or "" if it can."""
+    try:
+        probe = get_backend(_BACKEND[family]).probe()
+    except ImportError as error:  # the backend module itself is not in this shardcompat
+        return f"shardcompat has no {_BACKEND[family]} backend here ({error})"
+    if not probe:
+        return probe.reason
+    if family == "fsdp" and not torch.cuda.is_available():
+        return "fairscale FSDP needs CUDA as shipped; torch FSDP1 serves it on CPU"
+    return ""
+
+
+@functools.cache
+def choose(family: str) -> Choice:
+    setting = _setting()
+    if family == "scaler":
+        sdp = choose("sdp")
+        if sdp.impl == FAIRSCALE and torch.cuda.is_available():
+            return Choice(family, FAIRSCALE, "fairscale's ShardedGradScaler (CUDA)")
+        return Choice(family, NATIVE, "torch's ShardedGradScaler (fairscale's is CUDA-only)")
+    if setting == NATIVE:
+        return Choice(family, NATIVE, f"{ENV}=native")
+    why_not = _fairscale_unusable(family)
+    if not why_not:
+        fix = "; ShardedDDP's reduce-bucket/zero_grad trap is fixed" if family == "sdp" else ""
+        return Choice(family, FAIRSCALE, f"{_BACKEND[family]} probe passed{fix}")
+    if setting == FAIRSCALE:
+        raise RuntimeError(f"{ENV}=fairscale but fairscale cannot serve {family} here: {why_not}")
+    return Choice(family, NATIVE, why_not)
+
+
+@functools.cache
+def announce(name: str) -> Choice:
+    """The choice for class ``name``, logged the first time it is asked for."""
+    choice = choose(FAMILIES[name])
+    log.info("shardcompat.fairscale.%s: %s implementation (%s)", name, choice.impl, choice.reason)
+    return choice
+
+
+def describe() -> list[str]:
+    """One line per class: which implementation serves it here and why (for ``explain --fairscale``)."""
+    lines = []
+    for name, family in FAMILIES.items():
+        choice = choose(family)
+        lines.append(f"{name}: {choice.impl} ({choice.reason})")
+    lines.append("auto_wrap, enable_wrap, wrap, default_auto_wrap_policy: shardcompat (wraps with the class given)")
+    return lines

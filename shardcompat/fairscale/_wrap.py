@@ -1,0 +1,107 @@
+"""``enable_wrap`` / ``wrap`` / ``auto_wrap`` with fairscale's semantics, for any wrapper class.
+
+Written here rather than imported so that it works without fairscale (and on fairscale
+versions without ``fairscale.nn.wrap``).  As in fairscale: ``wrap`` and ``auto_wrap`` do
+nothing outside an ``enable_wrap`` context; inside, ``wrap`` builds
+``wrapper_cls(module, **kwargs)`` with the context's kwargs, then ``module.wrapper_config``,
+then the call's overrides; ``auto_wrap`` walks the children bottom-up and wraps what the
+policy picks.  Unlike fairscale, ``wrapper_cls`` defaults to this package's
+``FullyShardedDataParallel`` instead of being required.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import nn
+
+__all__ = ["auto_wrap", "default_auto_wrap_policy", "enable_wrap", "wrap"]
+
+Policy = Callable[..., bool]
+
+
+def default_auto_wrap_policy(
+    module: nn.Module,
+    recurse: bool,
+    unwrapped_params: int,
+    module_is_root: bool,
+    min_num_params: int = int(1e8),
+    force_leaf_modules: set[type[nn.Module]] | None = None,
+    exclude_wrap_modules: set[type[nn.Module]] | None = None,
+    skip_params_check_for_root: bool = False,
+) -> bool:
+    """fairscale's default: recurse into and wrap modules with at least ``min_num_params``."""
+    leaves = default_auto_wrap_policy.FORCE_LEAF_MODULES if force_leaf_modules is None else force_leaf_modules  # type: ignore[attr-defined]
+    excluded = default_auto_wrap_policy.EXCLUDE_WRAP_MODULES if exclude_wrap_modules is None else exclude_wrap_modules  # type: ignore[attr-defined]
+    is_large = unwrapped_params >= min_num_params
+    if recurse:
+        return is_large and not isinstance(module, tuple(leaves))
+    return ((module_is_root and skip_params_check_for_root) or is_large) and not isinstance(module, tuple(excluded))
+
+
+default_auto_wrap_policy.EXCLUDE_WRAP_MODULES = {nn.ModuleList, nn.ModuleDict}  # type: ignore[attr-defined]
+default_auto_wrap_policy.FORCE_LEAF_MODULES = {nn.MultiheadAttention}  # type: ignore[attr-defined]
+
+
+@dataclass
+class _Context:
+    wrapper_cls: Callable[..., nn.Module]
+    policy: Policy
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+_active: list[_Context] = []
+
+
+@contextlib.contextmanager
+def enable_wrap(auto_wrap_policy: Policy | None = None, **wrapper_kwargs: Any) -> Iterator[None]:
+    """Within this context ``wrap``/``auto_wrap`` wrap with ``wrapper_cls`` and these kwargs."""
+    if _active:
+        raise NotImplementedError("enable_wrap contexts cannot be nested (as in fairscale)")
+    wrapper_cls = wrapper_kwargs.pop("wrapper_cls", None)
+    if wrapper_kwargs.pop("move_module_cuda_half", False):
+        raise NotImplementedError("enable_wrap(move_module_cuda_half=True): call module.cuda().half() yourself")
+    if wrapper_cls is None:
+        from . import FullyShardedDataParallel as wrapper_cls
+    _active.append(_Context(wrapper_cls, auto_wrap_policy or default_auto_wrap_policy, wrapper_kwargs))
+    try:
+        yield
+    finally:
+        _active.pop()
+
+
+def wrap(module: nn.Module, **wrap_overrides: Any) -> nn.Module:
+    """``wrapper_cls(module, ...)`` inside ``enable_wrap``; ``module`` unchanged outside."""
+    if not _active:
+        return module
+    context = _active[-1]
+    config = getattr(module, "wrapper_config", {})
+    assert isinstance(config, dict), "module.wrapper_config must be a dict"
+    return context.wrapper_cls(module, **{**context.kwargs, **config, **wrap_overrides})
+
+
+def auto_wrap(module: nn.Module, auto_wrap_policy: Policy | None = None, **kwargs: Any) -> nn.Module:
+    """Wrap ``module``'s children (bottom-up) that the policy picks, and the remainder."""
+    if not _active:
+        return module
+    return _recursive_wrap(module, auto_wrap_policy or _active[-1].policy, True, kwargs)[0]
+
+
+def _recursive_wrap(module: nn.Module, policy: Policy, is_root: bool, kwargs: dict[str, Any]) -> tuple[nn.Module, int]:
+    wrapper = _active[-1].wrapper_cls
+    if isinstance(wrapper, type) and any(isinstance(m, wrapper) for m in module.modules()):
+        raise ValueError(f"auto_wrap: {type(module).__name__} already contains a {wrapper.__name__}")
+    total = sum(p.numel() for p in module.parameters())
+    if not policy(module=module, recurse=True, unwrapped_params=total, module_is_root=is_root):
+        return module, 0
+    wrapped_params = 0
+    for name, child in module.named_children():
+        new_child, count = _recursive_wrap(child, policy, False, kwargs)
+        setattr(module, name, new_child)
+        wrapped_params += count
+    if policy(module=module, recurse=False, unwrapped_params=total - wrapped_params, module_is_root=is_root):
+        return wrap(module, **kwargs), total
+    return module, wrapped_params
