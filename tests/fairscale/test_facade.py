@@ -158,3 +158,14 @@ def test_real_fairscale_serves_sharded_ddp_where_it_works(results: dict[str, Any
     oss_module, sdp_module = _ok(results, "sdp-mlp")["classes"]
     assert oss_module.startswith("fairscale.") and sdp_module == "shardcompat.fairscale._sdp"
     assert _select.choose("sdp").impl == "fairscale"
+
+
+def test_sharded_ddp_refuses_an_optimizer_it_cannot_drive() -> None:
+    model = torch.nn.Linear(2, 2)
+    with pytest.raises(TypeError, match=r"shardcompat\.fairscale\.OSS"):
+        _sdp.NativeShardedDataParallel(model, torch.optim.SGD(model.parameters(), lr=0.1))
+
+
+def test_native_scaler_keeps_fairscale_signature() -> None:
+    scaler = _scaler.NativeShardedGradScaler(init_scale=2.0**10, growth_interval=10)
+    assert scaler.get_scale() == 2.0**10 and scaler.get_growth_interval() == 10
