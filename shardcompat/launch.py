@@ -62,14 +62,17 @@ class _Job:
 
 def _worker(job: _Job, rank: int) -> None:
     out = Path(job.out)
-    os.environ.update(dict(job.env))
+    env = dict(job.env)
+    # A caller may pretend one machine is several nodes (LOCAL_WORLD_SIZE=2 of 4 ranks).
+    local = int(env.get("LOCAL_WORLD_SIZE", job.world_size))
+    os.environ.update(env)
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(job.port),
         RANK=str(rank),
-        LOCAL_RANK=str(rank),
+        LOCAL_RANK=str(rank % local),
         WORLD_SIZE=str(job.world_size),
-        LOCAL_WORLD_SIZE=str(job.world_size),
+        LOCAL_WORLD_SIZE=str(local),
     )
     if sys.platform.startswith("linux"):
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")

@@ -105,11 +105,6 @@ def test_offload_on_fsdp1_cpu_points_to_fsdp2() -> None:
     assert "needs an accelerator" in message and "torch-fsdp2" in message, message
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hybrid_shard on a single node is accepted as a (1, N) mesh instead of refused "
-    "(reported to the lead; the backends own the check)",
-)
 @pytest.mark.parametrize("backend", ["torch-fsdp1", "torch-fsdp2"])
 def test_hybrid_shard_on_one_node_is_refused(backend: str) -> None:
     message = _refusal("zero_dp_3 hybrid_shard", backend, CPU2)

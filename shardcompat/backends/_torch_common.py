@@ -80,6 +80,13 @@ def _check_hybrid(backend: str, options: ShardingOptions, placement: Placement) 
             f"multiple of LOCAL_WORLD_SIZE {placement.local_world_size}",
             "start the same number of ranks on every node",
         )
+    if placement.nnodes < 2:
+        raise UnsupportedOptions(
+            backend, options,
+            f"hybrid sharding replicates across nodes, but all {placement.world_size} ranks are "
+            "on one node (LOCAL_WORLD_SIZE == WORLD_SIZE)",
+            f"use '{options.replace(hybrid=False)}' on a single node, or launch on 2+ nodes with torchrun",
+        )
 
 
 def mesh_shape(backend: str, options: ShardingOptions, placement: Placement) -> tuple[int, ...]:
