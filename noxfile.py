@@ -13,6 +13,8 @@ session runs the same suite and the skips say what that combination cannot do.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import nox
 
 nox.options.sessions = ["tests", "lint"]
@@ -34,6 +36,9 @@ def _install(session: nox.Session, torch: str = DEFAULT_TORCH, fairscale: str | 
 
 def _pytest(session: nox.Session, *default: str) -> None:
     session.run("python", "-m", "pytest", *(session.posargs or default))
+    # What this combination serves, for docs/compatibility.md (see `matrix_check`).
+    record = f".matrix/{session.name.replace('(', '-').replace(')', '').replace('=', '-')}.json"
+    session.run("python", "-m", "shardcompat.matrix", "collect", "--out", record)
 
 
 @nox.session
@@ -65,6 +70,13 @@ def gpu(session: nox.Session) -> None:
     """The gpu-marked tests; run on a machine with CUDA (torch 2.14.1 is a CUDA build)."""
     _install(session, torch="2.14.1")
     _pytest(session, "-m", "gpu", "-ra")
+
+
+@nox.session(venv_backend="none")
+def matrix_check(session: nox.Session) -> None:
+    """Is docs/compatibility.md current for the combinations the sessions above ran?"""
+    session.run("python3", "-m", "shardcompat.matrix", "check", "docs/compatibility.md",
+                *sorted(str(p) for p in Path(".matrix").glob("*.json")), external=True)
 
 
 @nox.session

@@ -138,7 +138,8 @@ def check(markdown: str, records: Iterable[dict[str, Any]]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m shardcompat.matrix")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("collect", help="print this environment's record as JSON")
+    collect_cmd = sub.add_parser("collect", help="this environment's record as JSON")
+    collect_cmd.add_argument("--out", type=Path, help="write it here instead of stdout")
     render_cmd = sub.add_parser("render", help="records -> markdown on stdout")
     render_cmd.add_argument("records", nargs="+", type=Path)
     check_cmd = sub.add_parser("check", help="is the committed table current for these records?")
@@ -146,7 +147,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     check_cmd.add_argument("records", nargs="+", type=Path)
     args = parser.parse_args(argv)
     if args.command == "collect":
-        print(json.dumps(collect(), indent=2))
+        text = json.dumps(collect(), indent=2) + "\n"
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(text)
+        else:
+            sys.stdout.write(text)
         return 0
     records = [json.loads(p.read_text()) for p in args.records]
     if args.command == "render":

@@ -1,0 +1,88 @@
+"""`shardcompat info | explain` and the compatibility matrix, run as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from shardcompat import cli, matrix
+from shardcompat.options import BACKEND_NAMES
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    code = cli.main(list(argv))
+    return code, capsys.readouterr().out
+
+
+def test_explain_shows_canonical_form_and_the_exact_calls(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = _run(capsys, "explain", "full_shard auto_wrap")
+    assert code == 0
+    assert "canonical:    zero_dp_3 auto_wrap" in out
+    assert "--fsdp:       full_shard auto_wrap" in out
+    assert "* torch-fsdp2:" in out and "fully_shard(" in out
+    assert "torch-zero: cannot serve: does not serve zero_dp_3" in out
+
+
+def test_explain_json_names_the_chosen_backend_and_every_reason(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = _run(capsys, "explain", "zero_dp_1", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["options"] == "zero_dp_1" and data["chosen"] == "torch-zero"
+    assert [row["backend"] for row in data["backends"]] == list(data_order())
+    assert all(("call" in row) != ("reason" in row) for row in data["backends"])
+
+
+def data_order() -> list[str]:
+    from shardcompat.backends import candidates
+
+    return candidates("auto")
+
+
+def test_explain_with_one_backend_that_cannot_serve_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = _run(capsys, "explain", "zero_dp_3 offload", "--backend", "torch-fsdp1")
+    assert code == 1
+    assert "chosen:       none can serve these options here" in out
+    assert "torch-fsdp1: cannot serve:" in out and "offload" in out
+
+
+def test_explain_hybrid_needs_two_nodes(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _ = _run(capsys, "explain", "hybrid_shard", "--backend", "torch")
+    assert code == 1
+    code, out = _run(capsys, "explain", "hybrid_shard", "--nnodes", "2", "--backend", "torch")
+    assert code == 0 and "placement:    4 rank(s) on 2 node(s)" in out
+
+
+def test_explain_bad_options_is_a_usage_error_with_the_grammar_message() -> None:
+    proc = subprocess.run([sys.executable, "-m", "shardcompat", "explain", "zero_dp3"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "did you mean 'zero_dp_3'" in proc.stderr
+
+
+def test_info_lists_versions_and_every_backend(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = _run(capsys, "info", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["versions"]["torch"]
+    assert {b["name"] for b in data["backends"]} == set(BACKEND_NAMES)
+    by_name = {b["name"]: b for b in data["backends"]}
+    assert by_name["torch-zero"]["available"] is True
+    assert all(b["available"] or b["reason"] for b in data["backends"]), "an unavailable backend must say why"
+
+
+def test_matrix_records_render_and_check() -> None:
+    record = matrix.collect()
+    cells = record["cells"]["cpu, 2 ranks"]
+    assert cells["torch-zero"]["zero_dp_1"] == "yes"
+    assert cells["torch-zero"]["zero_dp_3"] == "-"
+    assert cells["torch-fsdp2"]["zero_dp_3 offload"] == "yes"
+    assert cells["torch-fsdp1"]["zero_dp_3 offload"].startswith("no: ")
+    assert cells["torch-fsdp2"]["hybrid_shard"].startswith("no: ")
+    assert record["cells"]["cpu, 2 nodes x 2 ranks"]["torch-fsdp2"]["hybrid_shard"] == "yes"
+    table = matrix.render([record])
+    assert matrix.check(table, [record]) == []
+    stale = table.replace("| yes |", "| no: stale |", 1)
+    assert matrix.check(stale, [record]) and "differs" in matrix.check(stale, [record])[0]
+    other = {**record, "torch": "0.0.0"}
+    assert "missing" in matrix.check(table, [other])[0]
