@@ -104,6 +104,9 @@ def _explain(args: argparse.Namespace) -> int:
         "chosen": chosen,
         "backends": rows,
     }
+    facade = _facade() if args.fairscale else []
+    if facade:
+        data["fairscale_facade"] = facade
     if args.json:
         print(json.dumps(data, indent=2))
         return 0 if chosen else 1
@@ -119,7 +122,17 @@ def _explain(args: argparse.Namespace) -> int:
                 print(f"    note: {note}")
         else:
             print(f"{mark} {row['backend']}: cannot serve: {row['reason']}")
+    if facade:
+        print("\nshardcompat.fairscale:")
+        for line in facade:
+            print(f"  {line}")
     return 0 if chosen else 1
+
+
+def _facade() -> list[str]:
+    from .fairscale import describe
+
+    return describe()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -138,7 +151,11 @@ def build_parser() -> argparse.ArgumentParser:
     info.set_defaults(run=_info)
 
     explain = sub.add_parser("explain", help="what the options become on each backend")
-    explain.add_argument("options", help="e.g. 'zero_dp_3 offload auto_wrap'")
+    explain.add_argument("options", nargs="?", default="", help="e.g. 'zero_dp_3 offload auto_wrap'")
+    explain.add_argument(
+        "--fairscale", action="store_true",
+        help="also say which implementation serves each class of shardcompat.fairscale",
+    )
     explain.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
     explain.add_argument("--nproc", type=int, default=2, help="ranks per node to plan for (default 2)")
     explain.add_argument("--nnodes", type=int, default=1, help="nodes to plan for (default 1)")
@@ -146,14 +163,11 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--json", action="store_true", help="print JSON")
     explain.set_defaults(run=_explain)
 
-    try:
-        from . import train
-    except ImportError:  # pragma: no cover - only while the training module is missing
-        train = None  # type: ignore[assignment]
-    if train is not None:
-        runner = sub.add_parser("train", help="train a small bundled GPT on local ranks")
-        train.configure_parser(runner)
-        runner.set_defaults(run=train.run)
+    from . import train
+
+    runner = sub.add_parser("train", help="train a small bundled GPT on local ranks")
+    train.configure_parser(runner)
+    runner.set_defaults(run=train.run)
 
     return parser
 

@@ -86,3 +86,11 @@ def test_matrix_records_render_and_check() -> None:
     assert matrix.check(stale, [record]) and "differs" in matrix.check(stale, [record])[0]
     other = {**record, "torch": "0.0.0"}
     assert "missing" in matrix.check(table, [other])[0]
+
+
+def test_explain_fairscale_says_which_implementation_serves_each_class(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = _run(capsys, "explain", "--fairscale", "--json")
+    lines = json.loads(out)["fairscale_facade"]
+    for name in ("OSS", "ShardedDataParallel", "FullyShardedDataParallel", "ShardedGradScaler"):
+        assert any(line.startswith(f"{name}: ") for line in lines), lines
+    assert code == 0  # options default to off: plain DDP is always servable
