@@ -80,6 +80,13 @@ def matrix_check(session: nox.Session) -> None:
 
 
 @nox.session
+def docs(session: nox.Session) -> None:
+    """The documentation, warnings as errors (the option reference is generated from the code)."""
+    session.install("-r", "docs/requirements.txt")  # conf.py imports shardcompat from the tree
+    session.run("sphinx-build", "-W", "--keep-going", "-q", "-b", "html", "docs", "docs/_build/html")
+
+
+@nox.session
 def lint(session: nox.Session) -> None:
     session.install("ruff", "mypy", f"torch=={DEFAULT_TORCH}", "-e", ".[test]")
     session.run("ruff", "check", "shardcompat", "codemods", "tests", "benchmarks", "noxfile.py")
