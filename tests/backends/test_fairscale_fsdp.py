@@ -44,14 +44,18 @@ def _offload_runs_in_fp32() -> bool:
     return "cpu_offload requires mixed_precision=True" not in consts
 
 
-OPTIONS = ["zero_dp_2", "zero_dp_3", "zero_dp_3 auto_wrap", "zero_dp_2 auto_wrap"]
+AUTO_WRAP = bool(PROBE) and PROBE.features.get("auto_wrap", False)  # fairscale.nn.wrap: 0.3.1+
+OPTIONS = ["zero_dp_2", "zero_dp_3"]
+if AUTO_WRAP:
+    OPTIONS += ["zero_dp_3 auto_wrap", "zero_dp_2 auto_wrap"]
 if _offload_runs_in_fp32():
     OPTIONS += ["zero_dp_3 offload", "zero_dp_2 offload"]
+WRAPPED = "zero_dp_3 auto_wrap" if AUTO_WRAP else "zero_dp_3"
 CASES = [*matrix(OPTIONS, BACKEND),
          Case("zero_dp_3", BACKEND, "mlp", "sgd", clip=0.05),
-         Case("zero_dp_3 auto_wrap", BACKEND, "blocks", "adamw", clip=0.05),
+         Case(WRAPPED, BACKEND, "blocks", "adamw", clip=0.05),
          Case("zero_dp_2", BACKEND, "blocks", "sgd", accumulate=2),
-         Case("zero_dp_3 auto_wrap", BACKEND, "blocks", "adamw", accumulate=2)]
+         Case(WRAPPED, BACKEND, "blocks", "adamw", accumulate=2)]
 
 
 def _units(rank: int) -> dict[str, int]:
@@ -60,7 +64,9 @@ def _units(rank: int) -> dict[str, int]:
 
     import shardcompat
 
-    counts = {}
+    counts: dict[str, int] = {}
+    if not AUTO_WRAP:
+        return counts
     for options in ("zero_dp_3", "zero_dp_3 auto_wrap", "zero_dp_3 auto_wrap wrap=Block,Linear",
                     "zero_dp_3 auto_wrap min_num_params=300"):
         prepared = shardcompat.prepare(build_model("blocks"), torch.optim.SGD, options, backend=BACKEND,
@@ -94,6 +100,10 @@ def test_matches_ddp(case: Case) -> None:
 @needs_fairscale
 @cpu_or_gpu
 def test_auto_wrap_really_wraps() -> None:
+    if not AUTO_WRAP:
+        with pytest.raises(UnsupportedOptions, match=r"fairscale.nn.wrap.*0\.3\.1"):
+            get(BACKEND).plan(parse_options("zero_dp_3 auto_wrap"), Placement(world_size=2))
+        return
     units = _results()["units"]
     assert units["zero_dp_3"] == 1  # the root only
     assert units["zero_dp_3 auto_wrap"] == 1 + 2  # BlockModel._no_split_modules = ["Block"]: 2 blocks
