@@ -30,7 +30,7 @@ BACKEND = "fairscale-fsdp"
 PROBE = get(BACKEND).probe()
 needs_fairscale = pytest.mark.skipif(not PROBE, reason=f"fairscale-fsdp unusable here: {PROBE.reason}")
 ON_CPU = bool(PROBE) and PROBE.features.get("cpu_compat", False)
-cpu_or_gpu = pytest.mark.skipif(not torch.cuda.is_available() and not ON_CPU,
+cpu_or_gpu = pytest.mark.skipif(bool(PROBE) and not torch.cuda.is_available() and not ON_CPU,
                                 reason=f"fairscale {PROBE.versions.get('fairscale')} FSDP cannot run on CPU")
 
 
