@@ -51,6 +51,12 @@ class FSDP1Prepared(TorchPrepared):
         return norm
 
     def local_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Each unit's flat shard and every full or low-precision buffer FSDP has allocated.
+
+        ``SHARD_GRAD_OP`` (and the root unit under ``FULL_SHARD``) keeps the all-gathered
+        ``_full_param_padded`` between forward and backward while ``flat_param`` points back
+        at the shard: both are held.  Freed buffers have size 0 and count nothing.
+        """
         from torch.distributed.fsdp import FullyShardedDataParallel
 
         flat = [getattr(m, "_flat_param", None) for m in FullyShardedDataParallel.fsdp_modules(self.model)]
@@ -60,11 +66,24 @@ class FSDP1Prepared(TorchPrepared):
         for param in flat:
             if param is not None:
                 yield "param", param
-                if param.grad is not None:
-                    yield "grad", param.grad
+                for name in _FLAT_PARAM_BUFFERS:
+                    buffer = getattr(param, name, None)
+                    if isinstance(buffer, torch.Tensor):
+                        yield "param", buffer
+        for param in flat:
+            if param is not None:
+                for grad in (param.grad, *(getattr(param, n, None) for n in _FLAT_GRAD_BUFFERS)):
+                    if isinstance(grad, torch.Tensor):
+                        yield "grad", grad
         for kind, tensor in super().local_tensors():
             if kind == "optim":
                 yield kind, tensor
+
+
+# FlatParameter's private buffers (torch/distributed/fsdp/_flat_param.py), each allocated or
+# resized to 0 as the unit shards and unshards.
+_FLAT_PARAM_BUFFERS = ("_local_shard", "_full_param_padded", "_full_prec_full_param_padded", "_mp_shard")
+_FLAT_GRAD_BUFFERS = ("_saved_grad_shard", "_cpu_grad")
 
 
 class TorchFSDP1Backend:

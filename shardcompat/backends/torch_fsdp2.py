@@ -18,6 +18,7 @@ import importlib
 from collections.abc import Iterator
 from typing import Any
 
+import torch
 from torch import nn
 
 from ..options import Precision, Prefetch, ShardingOptions, Stage
@@ -57,6 +58,55 @@ class FSDP2Prepared(TorchPrepared):
 
     def no_sync(self) -> contextlib.AbstractContextManager[Any]:
         return _gradient_sync_off(self.model)
+
+    def local_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Every parameter's shard and any unsharded buffer FSDP2 has allocated.
+
+        With ``reshard_after_forward=False`` the modules hold the all-gathered parameters
+        between forward and backward while the DTensor shards stay allocated: both are
+        held.  Freed all-gather outputs have size 0 and count nothing.
+        """
+        fsdp_params = _fsdp_params(self.model)
+        if fsdp_params is not None:
+            for fsdp_param in fsdp_params:
+                yield "param", fsdp_param._sharded_param_data
+                for name in ("all_gather_outputs", "_unsharded_inner_tensors"):
+                    for tensor in getattr(fsdp_param, name, ()):
+                        yield "param", tensor
+                post_forward = getattr(fsdp_param, "_sharded_post_forward_param_data", None)
+                if isinstance(post_forward, torch.Tensor):
+                    yield "param", post_forward
+            for fsdp_param in fsdp_params:
+                grads = [fsdp_param.sharded_param.grad, getattr(fsdp_param, "unsharded_accumulated_grad", None)]
+                unsharded = getattr(fsdp_param, "_unsharded_param", None)
+                if isinstance(unsharded, torch.Tensor):
+                    grads.append(unsharded.grad)
+                for grad in grads:
+                    if isinstance(grad, torch.Tensor):
+                        yield "grad", grad.to_local() if hasattr(grad, "to_local") else grad
+        # Parameters FSDP2 does not manage, and the optimizer state (storages already seen
+        # above are counted once).
+        yield from super().local_tensors()
+
+
+def _fsdp_params(model: nn.Module) -> list[Any] | None:
+    """Every ``FSDPParam`` under ``model`` (FSDP2's private layout), or ``None`` if it changed."""
+    found: list[Any] = []
+    for module in model.modules():
+        get_state = getattr(module, "_get_fsdp_state", None)
+        if get_state is None:
+            continue
+        state = get_state()
+        groups = getattr(state, "_fsdp_param_groups", None)
+        if groups is None:
+            group = getattr(state, "_fsdp_param_group", None)
+            groups = [] if group is None else [group]
+        for group in groups:
+            for fsdp_param in getattr(group, "fsdp_params", None) or ():
+                if not isinstance(getattr(fsdp_param, "_sharded_param_data", None), torch.Tensor):
+                    return None
+                found.append(fsdp_param)
+    return found or None
 
 
 def _set_gradient_sync(model: nn.Module, enabled: bool) -> None:
