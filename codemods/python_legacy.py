@@ -47,6 +47,7 @@ from .spans import SpanEdit, apply_spans, file_skipped, marker_lines
 __all__ = [
     "LegacyCommandLines",
     "LegacyDeclarations",
+    "LegacyDefinitions",
     "LegacyReview",
     "LegacyValues",
     "MigrateShardedDDP",
@@ -72,6 +73,7 @@ class Records:
     warnings: list[Finding] = field(default_factory=list)
     marked: frozenset[int] | None = None
     skipped: bool = False
+    has_flag: bool = True
     settings: Settings = field(default_factory=Settings)
 
 
@@ -86,6 +88,7 @@ def set_markers(records: Records, code: str) -> None:
     """Find the skip markers once per module (a marker near the top skips the whole file)."""
     records.marked = marker_lines(code)
     records.skipped = file_skipped(code, records.marked)
+    records.has_flag = FLAG in code
 
 
 def _name(node: cst.BaseExpression) -> str:
@@ -672,12 +675,21 @@ class LegacyReview(_Command):
 # --------------------------------------------------------------------------- all together
 
 
+class LegacyDefinitions(LegacyValues, LegacyDeclarations, LegacyReview):
+    """Values, declarations and review in one traversal (their visitor methods do not overlap)."""
+
+    DESCRIPTION = "sharded_ddp values, declarations and bool comparisons in one pass."
+
+
 class MigrateShardedDDP(CodemodCommand):
-    """Every Python rule for legacy ``sharded_ddp`` usage, in a safe order."""
+    """Every Python rule for legacy ``sharded_ddp`` usage: two traversals at most.
+
+    Values, declarations and review share one traversal; command lines in strings get a second
+    one, only when the module holds ``--sharded_ddp`` at all.
+    """
 
     DESCRIPTION = "Migrate legacy boolean --sharded_ddp/sharded_ddp=True usage to the list syntax."
-    PASSES: ClassVar[tuple[type[_Command], ...]] = (LegacyValues, LegacyDeclarations, LegacyReview,
-                                                    LegacyCommandLines)
+    PASSES: ClassVar[tuple[type[_Command], ...]] = (LegacyDefinitions, LegacyCommandLines)
 
     def __init__(self, context: CodemodContext, to: str = "list") -> None:
         super().__init__(context)
@@ -688,10 +700,15 @@ class MigrateShardedDDP(CodemodCommand):
         _Command.add_args(arg_parser)
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        records = records_of(self.context)
+        if records.marked is None:
+            set_markers(records, tree.code)
         for command in self.PASSES:
-            tree = command(self.context, to=self.to).transform_module(tree)
-            if records_of(self.context).skipped:
+            if records.skipped:
                 break
+            if command is LegacyCommandLines and not records.has_flag:
+                continue
+            tree = command(self.context, to=self.to).transform_module(tree)
         return tree
 
 
@@ -711,7 +728,7 @@ def migrate_python(source: bytes | str, settings: Settings,
     context = CodemodContext()
     records = records_of(context)
     records.settings = settings
-    set_markers(records, module.code if isinstance(source, bytes) else source)
+    set_markers(records, source.decode(module.encoding, "replace") if isinstance(source, bytes) else source)
     for command in commands:
         if records.skipped:
             break
