@@ -106,6 +106,11 @@ def _literal(node: cst.BaseExpression) -> Meaning | None:
     if isinstance(node, cst.SimpleString):
         value = node.evaluated_value
         return meaning(value if isinstance(value, str) else None)
+    if isinstance(node, (cst.List, cst.Tuple)):
+        words = [e.value.evaluated_value for e in node.elements if isinstance(e.value, cst.SimpleString)]
+        if len(words) == len(node.elements) and all(isinstance(w, str) for w in words):
+            found = meaning(" ".join(str(w) for w in words))
+            return found if found.kind == "list" else None
     return None
 
 

@@ -126,8 +126,8 @@ def _rows(report: FileReport, mode: str) -> Iterable[str]:
         yield f"{report.path}:{edit.line}: {done}{edit.rule}: {edit.before!r} -> {edit.after!r}{note}"
     for edit in report.review:
         yield (
-            f"{report.path}:{edit.line}: review [{report.scope}]: {edit.rule}: {edit.before!r} -> "
-            f"{edit.after!r} (not edited; rerun with --scope all to apply)"
+            f"{report.path}:{edit.line}: review: {edit.rule}: {edit.before!r} -> {edit.after!r} "
+            "(not edited; --scope all applies it)"
         )
     for warning in report.warnings:
         hint = f"; hint: {warning.hint}" if warning.hint else ""
