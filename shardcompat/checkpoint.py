@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -218,7 +219,7 @@ def _cli_consolidate(args: argparse.Namespace) -> int:
     try:
         written = consolidate(args.src, args.dst)
     except CheckpointError as error:
-        print(f"error: {error}")
+        print(f"error: {error}", file=sys.stderr)
         return 1
     print(f"wrote full checkpoint {written}")
     return 0
@@ -228,7 +229,7 @@ def _cli_verify(args: argparse.Namespace) -> int:
     try:
         manifest = read_manifest(args.path)
     except CheckpointError as error:
-        print(f"error: {error}")
+        print(f"error: {error}", file=sys.stderr)
         return 1
     print(
         f"{args.path}: {manifest['kind']} checkpoint, step {manifest['step']}, saved by "

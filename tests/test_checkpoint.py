@@ -410,3 +410,22 @@ def test_damaged_or_mismatched_checkpoint_is_refused(runs: dict[str, Any], label
     if not label.startswith("wrong"):  # damaged copies stay as they were (nothing rewritten)
         with pytest.raises(CheckpointError):
             read_manifest(runs["bad"][label])
+
+
+def test_cli_consolidate_and_verify(runs: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """What ``shardcompat checkpoint consolidate SRC DST`` runs (cli.py wires the same parser)."""
+    import argparse
+
+    from shardcompat.checkpoint import add_checkpoint_command
+
+    parser = argparse.ArgumentParser(prog="shardcompat")
+    add_checkpoint_command(parser.add_subparsers(dest="command", required=True))
+    src, dst = runs["root"] / f"{runs['sharded'][0]}-sharded", tmp_path / "full"
+    args = parser.parse_args(["checkpoint", "consolidate", str(src), str(dst)])
+    assert args.func(args) == 0
+    args = parser.parse_args(["checkpoint", "verify", str(dst)])
+    assert args.func(args) == 0
+    assert f"full checkpoint, step {K}" in capsys.readouterr().out
+    args = parser.parse_args(["checkpoint", "verify", runs["bad"]["flipped"]])
+    assert args.func(args) == 1
+    assert "optimizer.pt: sha256 differs" in capsys.readouterr().err
