@@ -61,6 +61,11 @@ def parse(text: str) -> JNode:
     return node
 
 
+def parse_at(text: str, pos: int) -> tuple[JNode, int]:
+    """The JSON value starting at ``pos`` inside a larger text, and where it ends."""
+    return _value(text, pos)
+
+
 def _skip(text: str, pos: int) -> int:
     return _WS.match(text, pos).end()  # type: ignore[union-attr]
 

@@ -169,14 +169,14 @@ class _Command(VisitorBasedCodemodCommand):
         self.records.warnings.append(Finding(number, rule, message, HINTS.get(rule, "")))
         self.warn(f"line {number}: {message}")
 
-    def value_for(self, node: cst.BaseExpression, what: str, *, as_config: bool = True) -> cst.BaseExpression | None:
+    def value_for(self, node: cst.BaseExpression, what: str, to: Target | None = None) -> cst.BaseExpression | None:
         """The new value expression for ``node``, or None (left as is, warned when unsafe)."""
         found = _literal(node)
         if found is None:
             if not (isinstance(node, cst.Name) and node.value == "None"):
                 self.flag(node, "non-literal", f"{what}={self.module.code_for_node(node)} is not a literal; left as is")
             return None
-        plan = translate(found, self.to)
+        plan = translate(found, to or self.to)
         if plan.problem:
             self.flag(node, plan.rule, f"{what}: {plan.problem}")
             return None
@@ -223,11 +223,8 @@ class LegacyValues(_Command):
         targets = [t.target for t in original_node.targets]
         if not any(self._is_target(t) for t in targets) or self.blocked(original_node):
             return updated_node
-        saved, self.to = self.to, "list"  # an attribute keeps its name: give it the list syntax
-        try:
-            value = self.value_for(original_node.value, self.module.code_for_node(targets[0]))
-        finally:
-            self.to = saved
+        # an attribute keeps its name, so it gets the list syntax even with --to fsdp
+        value = self.value_for(original_node.value, self.module.code_for_node(targets[0]), to="list")
         if value is None:
             return updated_node
         new = updated_node.with_changes(value=value)
@@ -530,7 +527,6 @@ class LegacyCommandLines(_Command):
             literal = value.evaluated_value if isinstance(value, cst.SimpleString) else None
             values.append(literal if isinstance(literal, str) else None)
         elements = list(updated.elements)
-        flag_like = original.elements
         drops: set[int] = set()
         inserts: dict[int, cst.Element] = {}
         done = []
@@ -539,10 +535,10 @@ class LegacyCommandLines(_Command):
                 self.flag(original.elements[step.index], step.rule, f"argv list: {step.problem}")
                 continue
             for index, text in step.set.items():
-                elements[index] = elements[index].with_changes(value=_string(text, flag_like[step.index].value))
+                elements[index] = elements[index].with_changes(value=_string(text, original.elements[step.index].value))
             if step.insert_after is not None:
                 index, text = step.insert_after
-                inserts[index] = cst.Element(_string(text, flag_like[index].value), comma=elements[index].comma)
+                inserts[index] = cst.Element(_string(text, original.elements[index].value), comma=elements[index].comma)
                 elements[index] = elements[index].with_changes(
                     comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
             drops.update(i for i in step.drop if i < len(elements))

@@ -79,19 +79,13 @@ def argv_rewrite(text: str, array: jsonspan.JArray, to: str = "list") -> Rewrite
 _EXEC_FORM = re.compile(r"^[ \t]*(?:RUN|CMD|ENTRYPOINT)[ \t]+(?=\[)", re.M | re.I)
 
 
-def _exec_array(text: str, start: int) -> jsonspan.JArray | None:
-    end = text.find("]", start)
-    while end >= 0:
-        try:
-            node = jsonspan.parse(text[start:end + 1])
-        except jsonspan.JSONSpanError:
-            end = text.find("]", end + 1)
-            continue
-        if isinstance(node, jsonspan.JArray):
-            node = jsonspan.parse(" " * start + text[start:end + 1])
-            return node if isinstance(node, jsonspan.JArray) else None
+def _array_at(text: str, start: int) -> jsonspan.JArray | None:
+    """A JSON-style array starting at ``start`` (exec-form instructions, YAML flow lists)."""
+    try:
+        node, _ = jsonspan.parse_at(text, start)
+    except jsonspan.JSONSpanError:
         return None
-    return None
+    return node if isinstance(node, jsonspan.JArray) else None
 
 
 def _gaps(text: str, taken: list[tuple[int, int]]) -> Iterator[tuple[int, int]]:
@@ -107,7 +101,7 @@ def rewrite_dockerfile(text: str, settings: Settings) -> Rewrite:
     result = Rewrite()
     taken: list[tuple[int, int]] = []
     for match in _EXEC_FORM.finditer(text):
-        array = _exec_array(text, match.end())
+        array = _array_at(text, match.end())
         if array is not None and FLAG in text[array.start:array.end]:
             result.extend(argv_rewrite(text, array, settings.to))
             taken.append((array.start, array.end))
@@ -151,11 +145,8 @@ def rewrite_yaml_steps(text: str, settings: Settings) -> Rewrite:
         value, v0 = match.group("value"), match.start("value")
         indent = len(match.group("indent"))
         if value.startswith("["):
-            try:
-                array = jsonspan.parse(" " * v0 + text[v0:match.end("value")])
-            except jsonspan.JSONSpanError:
-                continue
-            if isinstance(array, jsonspan.JArray):
+            array = _array_at(text, v0)
+            if array is not None:
                 result.extend(argv_rewrite(text, array, settings.to))
         elif value and not _BLOCK_SCALAR.match(value):
             result.extend(_commands(text, v0, match.end("value"), settings))
