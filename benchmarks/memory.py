@@ -4,7 +4,9 @@ For Ψ parameters the paper's model holds, per rank on N ranks: DDP 16Ψ (parame
 gradients 4Ψ, Adam's two moments 8Ψ); stage 1 8Ψ + 8Ψ/N; stage 2 4Ψ + 12Ψ/N; stage 3 16Ψ/N;
 offload keeps the sharded part in host memory.  Every row is measured by ``shardcompat
 train``'s own code (unique storages, the largest point of the last step) on every backend
-that can serve it here, and printed as measured/expected.  Target: sharded rows within 5%.
+that can serve it here, and printed as measured/expected against the stage the backend's
+plan really implements (``Plan.zero_stage``: torch-zero serves ``simple`` as ZeRO-1, so
+its row is held to stage 1, not fairscale's stage 2).  Target: sharded rows within 5%.
 
     python -m benchmarks.memory [--quick]      # writes docs/img/memory.png
 """
@@ -36,6 +38,7 @@ class Row:
     options: str
     backend: str
     nproc: int
+    stage: int  # the ZeRO stage the backend's plan really implements
     measured: int  # the largest rank's total
     measured_cpu: int
     expected: float
@@ -46,28 +49,30 @@ class Row:
         return self.measured / self.expected
 
 
-def expected_bytes(options: str, nproc: int, psi: int, device: str) -> tuple[float, float]:
-    """The ZeRO model's per-rank bytes, and how much of it is in host memory."""
+def expected_bytes(options: str, stage: int, nproc: int, psi: int, device: str) -> tuple[float, float]:
+    """The ZeRO model's per-rank bytes for ``stage``, and how much of it is in host memory."""
     parsed = parse_options(options)
-    whole, sharded = ZERO_MODEL[parsed.zero_stage]
+    whole, sharded = ZERO_MODEL[stage]
     total = psi * (whole + sharded / nproc)
     if device == "cpu":
         return total, total
     return total, psi * sharded / nproc if parsed.offload else 0.0
 
 
-def servers(options: str, nproc: int) -> list[str]:
-    """Every backend that can serve ``options`` on ``nproc`` local ranks here."""
+def servers(options: str, nproc: int) -> list[tuple[str, int]]:
+    """Every backend that can serve ``options`` on ``nproc`` local ranks here, with the
+    ZeRO stage its plan really implements."""
     from shardcompat.backends import NoBackendAvailable, Placement, candidates, resolve
 
     placement = Placement(world_size=nproc, local_world_size=nproc)
-    names = []
+    found = []
     for name in candidates("auto"):
         try:
-            names.append(resolve(parse_options(options), name, placement).backend)
+            plan = resolve(parse_options(options), name, placement)
         except (NoBackendAvailable, ImportError):
             continue
-    return names
+        found.append((plan.backend, plan.zero_stage))
+    return found
 
 
 def _measure(rank: int, world_size: int, cases: list[tuple[str, str]], model: ModelConfig) -> list[Any]:
@@ -90,25 +95,26 @@ def _measure(rank: int, world_size: int, cases: list[tuple[str, str]], model: Mo
 
 def measure(nproc: int, model: ModelConfig) -> tuple[list[Row], list[str]]:
     psi = count_parameters(build_model(model, 0))
-    cases = [(options, backend) for options in OPTIONS for backend in servers(options, nproc)]
+    served = [(options, backend, stage) for options in OPTIONS for backend, stage in servers(options, nproc)]
+    cases = [(options, backend) for options, backend, _ in served]
     per_rank = spawn(_measure, nproc, (cases, model), timeout=900)
     rows, failures = [], []
-    for i, (options, backend) in enumerate(cases):
+    for i, (options, backend, stage) in enumerate(served):
         states = [results[i] for results in per_rank]
         if any(isinstance(s, str) for s in states):
             failures.append(f"{options or 'ddp'} on {backend}, {nproc} ranks: {next(s for s in states if isinstance(s, str))}")
             continue
         worst = max(states, key=lambda s: s.total)
-        total, cpu = expected_bytes(options, nproc, psi, "cpu")
-        rows.append(Row(options or "ddp", backend, nproc, worst.total, worst.cpu, total, cpu))
+        total, cpu = expected_bytes(options, stage, nproc, psi, "cpu")
+        rows.append(Row(options or "ddp", backend, nproc, stage, worst.total, worst.cpu, total, cpu))
     return rows, failures
 
 
 def table(rows: list[Row], psi: int) -> str:
     lines = [f"GPT with Ψ = {psi:,} parameters, Adam fp32; per-rank state of the largest rank",
-             f"{'options':<18} {'backend':<14} {'N':>2} {'measured':>11} {'ZeRO model':>11} {'ratio':>6}  on CPU"]
+             f"{'options':<18} {'backend':<14} {'N':>2} {'stage':>5} {'measured':>11} {'ZeRO model':>11} {'ratio':>6}  on CPU"]
     for r in rows:
-        lines.append(f"{r.options:<18} {r.backend:<14} {r.nproc:>2} {format_bytes(r.measured):>11} "
+        lines.append(f"{r.options:<18} {r.backend:<14} {r.nproc:>2} {r.stage:>5} {format_bytes(r.measured):>11} "
                      f"{format_bytes(r.expected):>11} {r.ratio:6.3f}  {format_bytes(r.measured_cpu)}")
     return "\n".join(lines)
 
@@ -127,7 +133,7 @@ def plot(rows: list[Row], psi: int, path: Path) -> None:
         ax.bar(xs, [r.measured / psi for r in mine], color="tab:blue", label="measured")
         ax.scatter(xs, [r.expected / psi for r in mine], color="black", marker="_", s=600, zorder=3,
                    label="ZeRO model")
-        ax.set_xticks(list(xs), [f"{r.options}\n{r.backend}" for r in mine], rotation=60, ha="right", fontsize=8)
+        ax.set_xticks(list(xs), [f"{r.options}\n{r.backend} (stage {r.stage})" for r in mine], rotation=60, ha="right", fontsize=8)
         ax.set_title(f"{nproc} ranks")
         ax.set_ylabel("state bytes per rank / Ψ")
         ax.legend()
@@ -161,7 +167,7 @@ def main() -> int:
     results.mkdir(parents=True, exist_ok=True)
     (results / "memory.json").write_text(json.dumps(
         {"psi": psi, "rows": [{**r.__dict__, "ratio": r.ratio} for r in rows], "failures": failures}, indent=2))
-    print(f"wrote {args.plot.relative_to(ROOT)}")
+    print(f"wrote {args.plot.resolve().relative_to(ROOT) if args.plot.resolve().is_relative_to(ROOT) else args.plot}")
     return 0
 
 

@@ -91,7 +91,7 @@ def _explain(args: argparse.Namespace) -> int:
         else:
             try:
                 plan = backend.plan(options, placement)
-                row.update(call=plan.call, notes=list(plan.notes))
+                row.update(call=plan.call, notes=list(plan.notes), effective_stage=plan.zero_stage)
             except UnsupportedOptions as error:
                 row["reason"] = str(error)
         rows.append(row)

@@ -61,13 +61,25 @@ class Placement:
 
 @dataclass(frozen=True)
 class Plan:
-    """A backend's answer for some options: the exact call it will make, and any notes."""
+    """A backend's answer for some options: the exact call it will make, and any notes.
+
+    ``effective_stage`` is the ZeRO stage the call really implements (0: nothing sharded),
+    which can differ from the one asked for: torch-zero serves ``simple`` (stage 2 in
+    fairscale) as ZeRO-1.  ``None`` means the options' own :attr:`ShardingOptions.zero_stage`;
+    :attr:`zero_stage` resolves it.
+    """
 
     backend: str
     options: ShardingOptions
     call: str
     settings: Mapping[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    effective_stage: int | None = None
+
+    @property
+    def zero_stage(self) -> int:
+        """The ZeRO stage this plan really implements."""
+        return self.options.zero_stage if self.effective_stage is None else self.effective_stage
 
     def explain(self) -> str:
         lines = [f"{self.backend}: {self.call}"]

@@ -113,7 +113,8 @@ class TorchZeroBackend:
             "autocast": dtype,
             "scaler": options.mixed_precision is Precision.FP16,
         }
-        return Plan(self.name, options, "; ".join(calls), settings, tuple(notes))
+        stage = 1 if options.stage is Stage.SIMPLE else options.zero_stage
+        return Plan(self.name, options, "; ".join(calls), settings, tuple(notes), effective_stage=stage)
 
     def wrap(
         self, model: nn.Module, optimizer: OptimizerFactory, plan: Plan, placement: Placement

@@ -136,7 +136,7 @@ class TorchFSDP1Backend:
         if options.mixed_precision is Precision.FP16:
             call += f"; ShardedGradScaler(device={device_type(placement)!r})"
         settings = {"strategy": strategy, "mesh": shape, "scaler": options.mixed_precision is Precision.FP16}
-        return Plan(self.name, options, call, settings, tuple(notes))
+        return Plan(self.name, options, call, settings, tuple(notes), effective_stage=options.zero_stage)
 
     def wrap(
         self, model: nn.Module, optimizer: OptimizerFactory, plan: Plan, placement: Placement

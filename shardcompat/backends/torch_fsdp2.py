@@ -177,7 +177,7 @@ class TorchFSDP2Backend:
         if options.bucket_cap_mb is not None:
             notes.append("bucket_cap_mb= is ignored: FSDP2 reduce-scatters each unit's gradients at once")
         settings = {"mesh": shape, "dtype": dtype, "scaler": options.mixed_precision is Precision.FP16}
-        return Plan(self.name, options, call, settings, tuple(notes))
+        return Plan(self.name, options, call, settings, tuple(notes), effective_stage=options.zero_stage)
 
     def wrap(
         self, model: nn.Module, optimizer: OptimizerFactory, plan: Plan, placement: Placement

@@ -157,3 +157,26 @@ def test_probe_finds_the_native_backends(name: str) -> None:
 def test_fsdp2_probe_names_the_import_path() -> None:
     features = get("torch-fsdp2").probe().features
     assert features.get("import:torch.distributed.fsdp") or features.get("import:torch.distributed._composable.fsdp")
+
+
+@pytest.mark.parametrize(
+    ("options", "backend", "stage"),
+    [
+        ("", "torch-zero", 0),
+        ("zero_dp_1", "torch-zero", 1),
+        ("simple", "torch-zero", 1),  # DDP + ZeroRedundancyOptimizer: gradients are not sharded
+        ("zero_dp_2", "torch-fsdp2", 2),
+        ("zero_dp_2", "torch-fsdp1", 2),
+        ("zero_dp_3 offload", "torch-fsdp2", 3),
+        ("no_shard", "torch-fsdp1", 0),
+    ],
+)
+def test_plan_states_the_stage_it_really_implements(options: str, backend: str, stage: int) -> None:
+    assert get(backend).plan(parse_options(options), TWO).zero_stage == stage
+
+
+def test_memory_benchmark_holds_torch_zero_simple_to_stage_1() -> None:
+    from benchmarks.memory import expected_bytes, servers
+
+    assert ("torch-zero", 1) in servers("simple", 2)
+    assert expected_bytes("simple", 1, 2, 100, "cpu") == (100 * (8 + 8 / 2),) * 2
