@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -157,16 +157,7 @@ class TorchFSDP2Backend:
         if options.forward_prefetch and not self.probe().features.get("forward_prefetch"):
             raise self._refuse(options, "this FSDP2 has no set_modules_to_forward_prefetch")
         shape = mesh_shape(self.name, options, placement)
-        text: dict[str, str] = {
-            "mesh": mesh_text(shape, placement),
-            "reshard_after_forward": repr(options.stage is Stage.ZERO_DP_3),
-        }
-        dtype = compute_dtype(options)
-        if dtype is not None:
-            text["mp_policy"] = f"MixedPrecisionPolicy(param_dtype={dtype}, reduce_dtype={dtype})"
-        if options.offload:
-            text["offload_policy"] = f"CPUOffloadPolicy(pin_memory={placement.cuda})"
-        call = call_text("fully_shard", "module", **text)
+        call = call_text("fully_shard", "module", **{k: t for k, (t, _) in _fully_shard_args(options, placement, shape).items()})
         notes: list[str] = []
         if options.auto_wrap:
             call = f"for each submodule by {describe_rule(options)}: {call}; then the root: {call}"
@@ -176,7 +167,7 @@ class TorchFSDP2Backend:
             call += f"; ShardedGradScaler(device={device_type(placement)!r})"
         if options.bucket_cap_mb is not None:
             notes.append("bucket_cap_mb= is ignored: FSDP2 reduce-scatters each unit's gradients at once")
-        settings = {"mesh": shape, "dtype": dtype, "scaler": options.mixed_precision is Precision.FP16}
+        settings = {"mesh": shape, "scaler": options.mixed_precision is Precision.FP16}
         return Plan(self.name, options, call, settings, tuple(notes), effective_stage=options.zero_stage)
 
     def wrap(
@@ -186,14 +177,7 @@ class TorchFSDP2Backend:
         assert found is not None, "wrap() called without a successful probe()"
         api = found[1]
         options, settings = plan.options, plan.settings
-        kwargs: dict[str, Any] = {
-            "mesh": device_mesh(settings["mesh"], placement),
-            "reshard_after_forward": options.stage is Stage.ZERO_DP_3,
-        }
-        if settings["dtype"] is not None:
-            kwargs["mp_policy"] = api.MixedPrecisionPolicy(param_dtype=settings["dtype"], reduce_dtype=settings["dtype"])
-        if options.offload:
-            kwargs["offload_policy"] = api.CPUOffloadPolicy(pin_memory=placement.cuda)
+        kwargs = {k: make() for k, (_, make) in _fully_shard_args(options, placement, settings["mesh"]).items()}
         model = move_to_device(model, placement)
         units = modules_to_wrap(model, wrap_rule(model, options)) if options.auto_wrap else []
         for unit in units:
@@ -211,6 +195,35 @@ class TorchFSDP2Backend:
             model=model, module=model, optimizer=optimizer(model.parameters()),
             plan=plan, placement=placement, scaler=scaler,
         )
+
+
+_Arg = tuple[str, Callable[[], Any]]  # (text in the plan, builds the value)
+
+
+def _fully_shard_args(options: ShardingOptions, placement: Placement, shape: tuple[int, ...]) -> dict[str, _Arg]:
+    """Every keyword of the ``fully_shard`` call, as its plan text and the code that builds
+    it: one table, so ``explain`` cannot drift from what ``wrap`` does."""
+
+    def api() -> Any:
+        found = fsdp2_api()
+        assert found is not None, "wrap() called without a successful probe()"
+        return found[1]
+
+    reshard = options.stage is Stage.ZERO_DP_3
+    args: dict[str, _Arg] = {
+        "mesh": (mesh_text(shape, placement), lambda: device_mesh(shape, placement)),
+        "reshard_after_forward": (repr(reshard), lambda: reshard),
+    }
+    dtype = compute_dtype(options)
+    if dtype is not None:
+        args["mp_policy"] = (
+            f"MixedPrecisionPolicy(param_dtype={dtype}, reduce_dtype={dtype})",
+            lambda: api().MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=dtype),
+        )
+    if options.offload:
+        pin = placement.cuda
+        args["offload_policy"] = (f"CPUOffloadPolicy(pin_memory={pin})", lambda: api().CPUOffloadPolicy(pin_memory=pin))
+    return args
 
 
 BACKEND = TorchFSDP2Backend()

@@ -83,3 +83,45 @@ def test_fp16_uses_sharded_grad_scaler_and_learns(results: dict, case: Case) -> 
     assert got.info["scaler"] == "ShardedGradScaler"
     assert got.losses[-1] < got.losses[0]
     assert FP32_TOL < loss_diff <= FP16_TOL  # losses only: the scaler may skip a step
+
+
+@pytest.mark.parametrize(
+    "options", ["zero_dp_3", "zero_dp_2 offload", "zero_dp_3 auto_wrap mixed_precision=bf16 offload"]
+)
+def test_plan_text_and_fully_shard_kwargs_come_from_one_table(monkeypatch: pytest.MonkeyPatch, options: str) -> None:
+    """wrap() passes fully_shard exactly the keywords the plan shows, built from the same entries."""
+    import re
+    from types import SimpleNamespace
+
+    import torch
+
+    from shardcompat.backends import Placement, get, torch_fsdp2
+    from shardcompat.options import parse_options
+    from tests._parity import BlockModel
+
+    placement = Placement(world_size=2, local_world_size=2)
+    backend = get(B)
+    plan = backend.plan(parse_options(options), placement)
+    table = torch_fsdp2._fully_shard_args(plan.options, placement, plan.settings["mesh"])
+    shown = re.search(r"fully_shard\(module, (.*?)\)(;|$)", plan.call)
+    assert shown is not None
+    assert shown.group(1) == ", ".join(f"{k}={text}" for k, (text, _) in table.items())
+
+    calls: list[dict] = []
+    real = torch_fsdp2.fsdp2_api()
+    assert real is not None
+    fake = SimpleNamespace(
+        fully_shard=lambda module, **kwargs: calls.append(kwargs),
+        MixedPrecisionPolicy=real[1].MixedPrecisionPolicy, CPUOffloadPolicy=real[1].CPUOffloadPolicy,
+    )
+    monkeypatch.setattr(torch_fsdp2, "fsdp2_api", lambda: (real[0], fake))
+    monkeypatch.setattr(torch_fsdp2, "device_mesh", lambda shape, placement: ("mesh", shape))
+    backend.wrap(BlockModel(), lambda ps: torch.optim.SGD(ps, lr=0.1), plan, placement)
+    assert calls and all(list(c) == list(table) for c in calls)
+    kwargs = calls[-1]
+    assert kwargs["mesh"] == ("mesh", (2,))
+    assert kwargs["reshard_after_forward"] is (plan.options.stage.value == "zero_dp_3")
+    if "mixed_precision=bf16" in options:
+        assert kwargs["mp_policy"].param_dtype is kwargs["mp_policy"].reduce_dtype is torch.bfloat16
+    if "offload" in options:
+        assert kwargs["offload_policy"].pin_memory is False
