@@ -199,7 +199,7 @@ def add_checkpoint_command(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``checkpoint consolidate SRC DST`` and ``checkpoint verify PATH`` to a CLI.
 
     ``subparsers`` is what ``ArgumentParser.add_subparsers()`` returned; each command sets
-    ``func(args) -> int`` on the parsed namespace.
+    ``run(args) -> int`` on the parsed namespace, as every ``shardcompat`` command does.
     """
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "checkpoint", help="inspect and convert shardcompat checkpoints"
@@ -208,10 +208,10 @@ def add_checkpoint_command(subparsers: Any) -> argparse.ArgumentParser:
     cons = sub.add_parser("consolidate", help="turn a sharded checkpoint into the full format")
     cons.add_argument("src", type=Path, help="the sharded checkpoint directory")
     cons.add_argument("dst", type=Path, help="where to write the full checkpoint")
-    cons.set_defaults(func=_cli_consolidate)
+    cons.set_defaults(run=_cli_consolidate)
     ver = sub.add_parser("verify", help="check a checkpoint's files against its manifest")
     ver.add_argument("path", type=Path)
-    ver.set_defaults(func=_cli_verify)
+    ver.set_defaults(run=_cli_verify)
     return parser
 
 

@@ -164,10 +164,13 @@ def build_parser() -> argparse.ArgumentParser:
     explain.set_defaults(run=_explain)
 
     from . import train
+    from .checkpoint import add_checkpoint_command
 
     runner = sub.add_parser("train", help="train a small bundled GPT on local ranks")
     train.configure_parser(runner)
     runner.set_defaults(run=train.run)
+
+    add_checkpoint_command(sub)
 
     return parser
 

@@ -413,19 +413,12 @@ def test_damaged_or_mismatched_checkpoint_is_refused(runs: dict[str, Any], label
 
 
 def test_cli_consolidate_and_verify(runs: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """What ``shardcompat checkpoint consolidate SRC DST`` runs (cli.py wires the same parser)."""
-    import argparse
+    """``shardcompat checkpoint consolidate SRC DST`` and ``checkpoint verify PATH``, as a user runs them."""
+    from shardcompat import cli
 
-    from shardcompat.checkpoint import add_checkpoint_command
-
-    parser = argparse.ArgumentParser(prog="shardcompat")
-    add_checkpoint_command(parser.add_subparsers(dest="command", required=True))
     src, dst = runs["root"] / f"{runs['sharded'][0]}-sharded", tmp_path / "full"
-    args = parser.parse_args(["checkpoint", "consolidate", str(src), str(dst)])
-    assert args.func(args) == 0
-    args = parser.parse_args(["checkpoint", "verify", str(dst)])
-    assert args.func(args) == 0
+    assert cli.main(["checkpoint", "consolidate", str(src), str(dst)]) == 0
+    assert cli.main(["checkpoint", "verify", str(dst)]) == 0
     assert f"full checkpoint, step {K}" in capsys.readouterr().out
-    args = parser.parse_args(["checkpoint", "verify", runs["bad"]["flipped"]])
-    assert args.func(args) == 1
+    assert cli.main(["checkpoint", "verify", str(runs["bad"]["flipped"])]) == 1
     assert "optimizer.pt: sha256 differs" in capsys.readouterr().err
