@@ -26,14 +26,23 @@ __all__ = ["WorkerFailed", "WorkerTimeout", "free_port", "spawn"]
 
 
 class WorkerFailed(RuntimeError):
-    """A rank raised or died; ``rank`` is the first to fail, ``details`` its traceback."""
+    """A rank raised or died; ``rank`` is the first to fail, ``details`` its traceback.
 
-    def __init__(self, rank: int, exitcode: int | None, details: str) -> None:
+    ``stalled`` lists the ranks still running when it failed: when the failure is a
+    collective timeout, those are the ranks that stopped taking part.
+    """
+
+    def __init__(self, rank: int, exitcode: int | None, details: str, stalled: Sequence[int] = ()) -> None:
         how = f"exit code {exitcode}" if exitcode not in (None, 1) else "an exception"
-        super().__init__(f"rank {rank} failed with {how}:\n{details}".rstrip())
+        hint = ""
+        if stalled:
+            hint = (f"\n(rank(s) {', '.join(map(str, stalled))} were still running when it failed; "
+                    "if this is a timeout, they are the ones that stopped taking part)")
+        super().__init__(f"rank {rank} failed with {how}:\n{details}".rstrip() + hint)
         self.rank = rank
         self.exitcode = exitcode
         self.details = details
+        self.stalled = tuple(stalled)
 
 
 class WorkerTimeout(RuntimeError):
@@ -148,12 +157,14 @@ def spawn(
 def _supervise(procs: list[Any], out: Path, timeout: float, grace: float) -> None:
     deadline = time.monotonic() + timeout
     failed_at: float | None = None
+    stalled: list[int] = []
     first: tuple[int, int | None] | None = None
     while any(p.is_alive() for p in procs):
         now = time.monotonic()
         for rank, proc in enumerate(procs):
             if first is None and proc.exitcode not in (None, 0):
                 first, failed_at = (rank, proc.exitcode), now
+                stalled = [r for r, p in enumerate(procs) if p.exitcode is None]
         if failed_at is not None and now - failed_at > grace:
             break
         if now > deadline:
@@ -172,4 +183,4 @@ def _supervise(procs: list[Any], out: Path, timeout: float, grace: float) -> Non
         code = procs[rank].exitcode
         error = out / f"error-{rank}.txt"
         details = error.read_text() if error.exists() else "(no traceback: the process was killed)"
-        raise WorkerFailed(rank, code, details)
+        raise WorkerFailed(rank, code, details, [r for r in stalled if r != rank])

@@ -79,6 +79,7 @@ def test_stalled_rank_times_out_the_collective() -> None:
     error, elapsed = _run(_stalls)
     assert isinstance(error, WorkerFailed), error
     assert error.rank == 0, "the rank whose collective timed out is the one reported"
+    assert error.stalled == (1,) and "rank(s) 1 were still running" in str(error), str(error)
     assert "timed out" in error.details.lower() or "timeout" in error.details.lower(), error.details
     assert elapsed >= COLLECTIVE, "it failed before the collective timeout: not the case under test"
 
