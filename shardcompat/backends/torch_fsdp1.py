@@ -128,6 +128,12 @@ class TorchFSDP1Backend:
                 f"auto_wrap uses the model's _no_split_modules, else min_num_params="
                 f"{DEFAULT_MIN_NUM_PARAMS} (torch's default); set wrap= or min_num_params= to choose"
             )
+        if options.stage is Stage.ZERO_DP_3 and not options.auto_wrap:
+            notes.append(
+                "without auto_wrap the whole model is FSDP1's root unit, whose full parameters "
+                "stay gathered from forward until backward (FSDP1 never reshards the root after "
+                "forward); add auto_wrap to gather one block at a time"
+            )
         shape = mesh_shape(self.name, options, placement)
         args = _fsdp_args(options, placement, strategy, shape)
         if options.bucket_cap_mb is not None:

@@ -180,3 +180,11 @@ def test_memory_benchmark_holds_torch_zero_simple_to_stage_1() -> None:
 
     assert ("torch-zero", 1) in servers("simple", 2)
     assert expected_bytes("simple", 1, 2, 100, "cpu") == (100 * (8 + 8 / 2),) * 2
+
+
+def test_fsdp1_plan_warns_that_an_unwrapped_root_stays_gathered() -> None:
+    fsdp1 = get("torch-fsdp1")
+    placement = Placement(world_size=2, local_world_size=2)
+    note = "stay gathered from forward until backward"
+    assert any(note in n for n in fsdp1.plan(parse_options("zero_dp_3"), placement).notes)
+    assert not any(note in n for n in fsdp1.plan(parse_options("zero_dp_3 auto_wrap"), placement).notes)
