@@ -25,7 +25,7 @@ from shardcompat.options import parse_options
 from shardcompat.report import format_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
-OPTIONS = ("", "simple", "zero_dp_1", "zero_dp_2", "zero_dp_3", "zero_dp_3 offload")
+OPTIONS = ("", "simple", "zero_dp_1", "zero_dp_2", "zero_dp_3", "zero_dp_3 auto_wrap", "zero_dp_3 offload")
 # Bytes per parameter for Adam in fp32: (held whole on every rank, divided among the N ranks).
 ZERO_MODEL = {0: (16, 0), 1: (8, 8), 2: (4, 12), 3: (0, 16)}
 # Every dimension a multiple of 4 so no shard is padded on 2 or 4 ranks.
