@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from types import ModuleType
 from typing import Any, TypeVar
 
@@ -20,7 +20,7 @@ from ..options import Precision, ShardingOptions, Stage
 from ..prepared import Prepared
 from . import _fairscale_cpu
 from ._base import OptimizerFactory, Placement, Plan, Probe, UnsupportedOptions
-from ._fairscale_common import accepts, grad_scaler, probe_fairscale, shard_clip_grad_norm_
+from ._fairscale_common import _cloned, accepts, grad_scaler, probe_fairscale, shard_clip_grad_norm_
 from ._wrap_policy import describe_rule, modules_to_wrap, wrap_rule
 
 __all__ = ["BACKEND", "FairscaleFsdp", "FairscaleFsdpPrepared"]
@@ -47,7 +47,26 @@ def _features(mods: dict[str, Any]) -> dict[str, bool]:
         "bucket_cap_mb": accepts(init, "bucket_cap_mb"),
         "auto_wrap": wrap,
         "cpu_compat": _fairscale_cpu.supported(mods[_FSDP]),
+        "state_dict_keeps_params": _state_dict_keeps_params(),
     }
+
+
+@functools.cache
+def _state_dict_keeps_params() -> bool:
+    """Whether a full ``state_dict()`` leaves the flat parameters in place.
+
+    fairscale 0.3.0's ``FlattenParamsWrapper.state_dict`` re-registers a new, unsharded
+    ``flat_param``, so the optimizer is left holding a parameter the model no longer uses.
+    Probed on a tiny wrapper (no process group needed).
+    """
+    try:
+        from fairscale.nn.misc import FlattenParamsWrapper
+    except ImportError:
+        return False
+    wrapper = FlattenParamsWrapper(torch.nn.Linear(2, 2))
+    before = [id(p) for p in wrapper.parameters()]
+    wrapper.state_dict()
+    return before == [id(p) for p in wrapper.parameters()]
 
 
 class FairscaleFsdp:
@@ -100,7 +119,7 @@ class FairscaleFsdp:
         if not placement.cuda:
             notes.append("CPU: runs through shardcompat's fairscale CPU compatibility layer (no-op streams)")
         call = "FullyShardedDataParallel(model, " + ", ".join(f"{k}={v}" for k, v in kwargs.items()) + ")"
-        return Plan(self.name, options, call, {"kwargs": kwargs}, tuple(notes), effective_stage=options.zero_stage)
+        return Plan(self.name, options, call, {"kwargs": kwargs}, tuple(notes))
 
     def wrap(
         self, model: torch.nn.Module, optimizer: OptimizerFactory, plan: Plan, placement: Placement
@@ -116,6 +135,7 @@ class FairscaleFsdp:
         kwargs["process_group"] = placement.process_group
         compat = _compat(module, placement)
         model.to(placement.device)
+        shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}  # before flattening
         with compat():
             try:
                 wrapped = _build(module.FullyShardedDataParallel, model, plan.options, kwargs)
@@ -124,6 +144,7 @@ class FairscaleFsdp:
         return FairscaleFsdpPrepared(
             model=wrapped, module=model, optimizer=optimizer(wrapped.parameters()), plan=plan,
             placement=placement, scaler=grad_scaler(plan.options, placement.process_group), compat=compat,
+            shapes=shapes,
         )
 
 
@@ -151,9 +172,15 @@ def _build(fsdp: Any, model: torch.nn.Module, options: ShardingOptions, kwargs: 
 class FairscaleFsdpPrepared(Prepared):
     """``Prepared`` over fairscale FSDP; on CPU each call enters the compatibility layer."""
 
-    def __init__(self, *, compat: Callable[[], contextlib.AbstractContextManager[Any]], **kwargs: Any) -> None:
+    def __init__(
+        self, *, compat: Callable[[], contextlib.AbstractContextManager[Any]],
+        shapes: dict[str, tuple[int, ...]], **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self._compat = compat
+        self._names = list(shapes)  # the original parameters, in model order
+        self._shapes = shapes
+        self._owner: dict[str, int] | None = None
 
     def _in(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         with self._compat():
@@ -184,14 +211,142 @@ class FairscaleFsdpPrepared(Prepared):
     def load_full_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         self._in(self.model.load_state_dict, state)
 
+    # ------------------------------------------------------------------ optimizer state
+    # fairscale's optimizer holds one state per flat parameter shard, in a layout (flattening,
+    # padding, nesting) that differs between releases.  Rather than reading private metadata,
+    # everything goes through fairscale's own full ``state_dict``/``load_state_dict``: a state
+    # tensor shaped like a shard is put where the shard is, and fairscale gathers and
+    # unflattens it by original name (or, loading, flattens and shards it).  One pass that
+    # marks each flat parameter with its number tells which names each one holds.
+
+    def _flat(self) -> list[torch.nn.Parameter]:
+        return list(self.model.parameters())
+
+    @torch.no_grad()
+    def _through_params(self, shards: Sequence[torch.Tensor | None], fn: Callable[[], T]) -> T:
+        """``fn()`` while each flat parameter's local shard holds ``shards[i]`` (None: itself)."""
+        params = self._flat()
+        kept = [p.data.clone() for p in params]
+        try:
+            for param, shard in zip(params, shards):
+                if shard is not None:
+                    param.data.copy_(shard)
+            return self._in(fn)
+        finally:
+            for param, data in zip(params, kept):
+                param.data.copy_(data)
+
+    def _gather(self, shards: Sequence[torch.Tensor | None]) -> dict[str, torch.Tensor]:
+        """Full tensors by original parameter name for these shards (collective)."""
+
+        def full() -> dict[str, torch.Tensor]:
+            state = self.model.state_dict()
+            missing = [n for n in self._names if n not in state]
+            if missing:
+                raise RuntimeError(f"fairscale-fsdp: state_dict lacks parameters {missing[:5]}")
+            return {n: state[n].detach().cpu().clone() for n in self._names}
+
+        return self._through_params(shards, full)
+
+    def _owners(self) -> dict[str, int]:
+        """Original parameter name -> index of the flat parameter holding it (collective, cached)."""
+        probe = BACKEND.probe()
+        if not probe.features.get("state_dict_keeps_params", False):
+            raise UnsupportedOptions(
+                self.backend, self.options,
+                f"fairscale {probe.versions.get('fairscale')} FSDP replaces its flat parameters in "
+                "state_dict(), so optimizer state cannot be saved or loaded mid-training",
+                "upgrade to fairscale>=0.3.1, or use torch-fsdp1/torch-fsdp2",
+            )
+        if self._owner is None:
+            params = self._flat()
+            marks = [torch.full_like(p.data, float(i + 1)) for i, p in enumerate(params)]
+            owner: dict[str, int] = {}
+            for name, full in self._gather(marks).items():
+                values = torch.unique(full)
+                if values.numel() == 0:
+                    continue  # an empty parameter has no state
+                if values.numel() != 1 or not 1 <= int(values) <= len(params):
+                    raise RuntimeError(f"fairscale-fsdp: cannot tell which flat parameter holds {name!r}")
+                owner[name] = int(values) - 1
+            self._owner = owner
+        return self._owner
+
     def optimizer_state_dict(self, *, rank0_only: bool = True) -> dict[str, Any]:
-        raise NotImplementedError(
-            "fairscale-fsdp: name-keyed optimizer consolidation is not implemented yet; "
-            "use model.gather_full_optim_state_dict(optimizer) for fairscale's own format"
-        )
+        owner = self._owners()
+        params = self._flat()
+        local = [self.optimizer.state.get(p, {}) for p in params]
+        sharded = sorted({k for p, st in zip(params, local) for k, v in st.items() if _like_shard(v, p)})
+        full = {key: self._gather([st.get(key) for st in local]) for key in sharded}
+        if rank0_only and self.placement.rank != 0:
+            return {}
+        state: dict[str, dict[str, Any]] = {}
+        for name in self._names:
+            if name not in owner or not local[owner[name]]:
+                continue
+            mine = local[owner[name]]
+            state[name] = {k: full[k][name] if k in sharded else _cloned(v) for k, v in mine.items()}
+        index = {id(p): i for i, p in enumerate(params)}
+        groups = []
+        for group in self.optimizer.param_groups:
+            held = {index[id(p)] for p in group["params"]}
+            names = [n for n in self._names if owner.get(n) in held]
+            groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": names})
+        return {"state": state, "param_groups": groups}
 
     def load_optimizer_state_dict(self, state: dict[str, Any]) -> None:
-        raise NotImplementedError("fairscale-fsdp: loading a name-keyed optimizer state is not implemented yet")
+        owner = self._owners()
+        params = self._flat()
+        saved: dict[str, dict[str, Any]] = state["state"]
+        known = {n for g in state["param_groups"] for n in g["params"]}
+        unknown = sorted((known | set(saved)) - set(self._names))
+        if unknown:
+            raise KeyError(f"optimizer state names parameters this model does not have: {unknown[:5]}")
+        held: list[list[str]] = [[] for _ in params]
+        for name in self._names:
+            if name in owner:
+                held[owner[name]].append(name)
+        sharded = sorted({k for n, st in saved.items() for k, v in st.items()
+                          if isinstance(v, torch.Tensor) and tuple(v.shape) == self._shapes[n]})
+        new: dict[int, dict[str, Any]] = {}
+        for i, names in enumerate(held):
+            present = [n for n in names if n in saved]
+            if present:  # per-element keys come below; scalars (``step``) from the first name
+                new[i] = {k: _cloned(v) for k, v in saved[present[0]].items() if k not in sharded}
+        if sharded:
+            base = self._in(self.model.state_dict)
+            base = {k: v.detach().clone() for k, v in base.items()}
+        for key in sharded:
+            values = dict(base)
+            for i, names in enumerate(held):
+                if i in new and any(key in saved.get(n, {}) for n in names):
+                    for n in names:
+                        value = saved.get(n, {}).get(key)
+                        values[n] = value if value is not None else torch.zeros(self._shapes[n])
+            shards: list[torch.Tensor] = []
+            self._through_params([None] * len(params), functools.partial(_load_and_read, self, values, shards))
+            for i, names in enumerate(held):
+                if i in new and any(key in saved.get(n, {}) for n in names):
+                    new[i][key] = shards[i]
+        index = {id(p): i for i, p in enumerate(params)}
+        groups = []
+        for group in self.optimizer.param_groups:
+            mine = {n for p in group["params"] for n in held[index[id(p)]]}
+            source = next((g for g in state["param_groups"] if mine & set(g["params"])), group)
+            groups.append({**{k: v for k, v in source.items() if k != "params"},
+                           "params": [index[id(p)] for p in group["params"]]})
+        self.optimizer.load_state_dict({"state": new, "param_groups": groups})
 
+
+def _load_and_read(prepared: FairscaleFsdpPrepared, values: dict[str, torch.Tensor],
+                   out: list[torch.Tensor]) -> None:
+    """Load ``values`` as the full model state, then copy out each flat parameter's local shard."""
+    prepared.model.load_state_dict(values)
+    out.extend(p.data.detach().clone() for p in prepared.model.parameters())
+
+
+def _like_shard(value: Any, param: torch.Tensor) -> bool:
+    """Whether an optimizer state entry is per element (shaped like the local shard)."""
+    return isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape == param.data.shape
 
 BACKEND = FairscaleFsdp()

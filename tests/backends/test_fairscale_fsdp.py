@@ -152,3 +152,113 @@ def test_cpu_compat_is_scoped() -> None:
             assert torch.zeros(2).pin_memory().device.type == "cpu"
     assert module.torch is torch
     assert (torch.Tensor.pin_memory, torch.Tensor.record_stream) == (pin, record)
+
+
+# ---------------------------------------------------------------------- optimizer state
+RESUME_TOL = 1e-5  # fp32: a resumed run's losses and parameters against the uninterrupted one
+RESUMES = [("fairscale-fsdp", "zero_dp_3", "fairscale-fsdp", "zero_dp_3"),
+           ("fairscale-fsdp", WRAPPED, "fairscale-fsdp", WRAPPED),
+           ("fairscale-fsdp", WRAPPED, "torch-fsdp2", "zero_dp_3"),
+           ("torch-fsdp2", "zero_dp_3 auto_wrap", "fairscale-fsdp", WRAPPED),
+           ("fairscale-fsdp", "zero_dp_2", "fairscale-fsdp", WRAPPED, "files")]
+
+
+def _train(prepared: Any, rank: int, start: int, steps: int) -> list[float]:
+    from tests._parity import _global_mean, batch, loss_fn
+
+    losses = []
+    for step in range(start, start + steps):
+        x, y = batch("blocks", rank, step)
+        loss = loss_fn("blocks", prepared(x), y)
+        prepared.backward(loss)
+        prepared.step()
+        prepared.zero_grad()
+        losses.append(_global_mean(loss))
+    return losses
+
+
+def _prepared(backend: str, options: str, seed: int) -> Any:
+    import shardcompat
+    from tests._parity import OPTIMIZERS
+
+    return shardcompat.prepare(build_model("blocks", seed), OPTIMIZERS["adamw"], options, backend=backend)
+
+
+def _through_bytes(state: Any) -> Any:
+    import io
+
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=False)
+
+
+def _resume_job(rank: int, world_size: int, directory: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for n, (saver, saver_options, loader, loader_options, *how) in enumerate(RESUMES):
+        straight = _prepared(saver, saver_options, 0)
+        losses = _train(straight, rank, 0, 2)
+        if how:  # through shardcompat's checkpoint files
+            path = f"{directory}/ckpt{n}"
+            straight.save_checkpoint(path)
+            resumed = _prepared(loader, loader_options, 1)
+            resumed.load_checkpoint(path)
+        else:
+            model = _through_bytes(straight.full_state_dict(rank0_only=False))
+            optim = _through_bytes(straight.optimizer_state_dict(rank0_only=False))
+            saved_on_rank0 = straight.optimizer_state_dict(rank0_only=True)
+            resumed = _prepared(loader, loader_options, 1)
+            resumed.load_full_state_dict(model)
+            resumed.load_optimizer_state_dict(optim)
+            reloaded = resumed.optimizer_state_dict(rank0_only=False)
+        losses += _train(straight, rank, 2, 2)
+        after = _train(resumed, rank, 2, 2)
+        out[str(n)] = {
+            "straight": losses, "resumed": after,
+            "params": (straight.full_state_dict(), resumed.full_state_dict()),
+            "optim": None if how else (optim, reloaded, saved_on_rank0),
+        }
+    return out
+
+
+def _refusal_job(rank: int, world_size: int) -> str:
+    prepared = _prepared(BACKEND, "zero_dp_3", 0)
+    _train(prepared, rank, 0, 1)
+    try:
+        prepared.optimizer_state_dict()
+    except UnsupportedOptions as error:
+        return str(error)
+    return "no error"
+
+
+@needs_fairscale
+@cpu_or_gpu
+def test_optimizer_state_round_trips_within_and_across_backends(tmp_path: Any) -> None:
+    """AdamW: 2 steps, save model+optimizer, load into a fresh model from another seed (on this
+    or another backend), 2 more steps == 4 uninterrupted steps within RESUME_TOL (1e-5)."""
+    from tests._parity import max_diff
+
+    if not PROBE.features.get("state_dict_keeps_params"):  # fairscale 0.3.0
+        results = spawn(_refusal_job, 2, (), timeout=300)
+        assert all("replaces its flat parameters" in r and "upgrade" in r for r in results), results
+        return
+    results = spawn(_resume_job, 2, (str(tmp_path),), timeout=600)[0]
+    for n, spec in enumerate(RESUMES):
+        got = results[str(n)]
+        label = " -> ".join(f"{b} '{o}'" for b, o in (spec[:2], spec[2:4]))
+        diff = max(abs(a - b) for a, b in zip(got["straight"][2:], got["resumed"]))
+        assert diff <= RESUME_TOL, f"{label}: losses {got['resumed']} vs {got['straight'][2:]}"
+        assert max_diff(*got["params"]) <= RESUME_TOL, label
+        assert got["straight"][-1] < got["straight"][0]
+        if got["optim"] is None:
+            continue
+        saved, reloaded, rank0 = got["optim"]
+        # The name-keyed format: every parameter, full shapes, the same state after a reload.
+        assert set(saved["state"]) == set(got["params"][0]) == set(reloaded["state"]), label
+        assert [g["params"] for g in saved["param_groups"]] == [list(got["params"][0])]
+        assert set(rank0["state"]) == set(saved["state"])
+        for name, entry in saved["state"].items():
+            assert entry["exp_avg"].shape == got["params"][0][name].shape, (label, name)
+            for key, value in entry.items():
+                assert torch.allclose(torch.as_tensor(value).float(),
+                                      torch.as_tensor(reloaded["state"][name][key]).float(), atol=1e-6)
