@@ -48,7 +48,14 @@ def _features(mods: dict[str, Any]) -> dict[str, bool]:
         "auto_wrap": wrap,
         "cpu_compat": _fairscale_cpu.supported(mods[_FSDP]),
         "state_dict_keeps_params": _state_dict_keeps_params(),
+        "offload_fp32": _offload_runs_in_fp32(mods[_FSDP].FullyShardedDataParallel),
     }
+
+
+def _offload_runs_in_fp32(fsdp: Any) -> bool:
+    """fairscale < 0.4 refuses offload without fp16: its constructor holds that error message."""
+    consts = getattr(getattr(fsdp.__init__, "__code__", None), "co_consts", ())
+    return not any(isinstance(c, str) and "cpu_offload requires mixed_precision=True" in c for c in consts)
 
 
 @functools.cache
@@ -74,7 +81,14 @@ class FairscaleFsdp:
     serves = frozenset({Stage.ZERO_DP_2, Stage.ZERO_DP_3})
 
     def probe(self) -> Probe:
-        return probe_fairscale(self.name, _MODULES, _features)
+        probe = probe_fairscale(self.name, _MODULES, _features)
+        version = probe.versions.get("fairscale")
+        if not probe and version is not None and f"No module named '{_FSDP}'" in probe.reason:
+            return Probe(self.name, False, (
+                f"fairscale {version} has no FullyShardedDataParallel (added in 0.3.0); "
+                "upgrade (pip install -U 'fairscale>=0.3.7') or use torch-fsdp1/torch-fsdp2"
+            ), probe.versions)
+        return probe
 
     def plan(self, options: ShardingOptions, placement: Placement) -> Plan:
         probe = self.probe()
@@ -98,8 +112,12 @@ class FairscaleFsdp:
         kwargs: dict[str, Any] = {"reshard_after_forward": options.stage is Stage.ZERO_DP_3}
         notes: list[str] = []
         if options.offload:
+            if not have["offload_fp32"] and options.mixed_precision is not Precision.FP16:
+                raise UnsupportedOptions(self.name, options,
+                                         f"fairscale {version} FSDP offloads only with mixed_precision=fp16",
+                                         "add mixed_precision=fp16, upgrade to fairscale>=0.4.0, "
+                                         "or use torch-fsdp2 (offload on CPU)")
             kwargs["move_params_to_cpu" if have["move_params_to_cpu"] else "cpu_offload"] = True
-            notes.append("fairscale < 0.4 refuses offload without mixed_precision=fp16")
         if options.mixed_precision in (Precision.FP16, Precision.BF16):
             kwargs["mixed_precision"] = True
             if options.mixed_precision is Precision.BF16:

@@ -35,13 +35,8 @@ cpu_or_gpu = pytest.mark.skipif(bool(PROBE) and not torch.cuda.is_available() an
 
 
 def _offload_runs_in_fp32() -> bool:
-    """fairscale < 0.4 refuses offload without fp16: its constructor holds that error message."""
-    if not PROBE:
-        return False
-    from fairscale.nn.data_parallel import fully_sharded_data_parallel as module
-
-    consts = module.FullyShardedDataParallel.__init__.__code__.co_consts
-    return "cpu_offload requires mixed_precision=True" not in consts
+    """fairscale < 0.4 refuses offload without fp16 (a probed feature)."""
+    return bool(PROBE) and PROBE.features.get("offload_fp32", False)
 
 
 AUTO_WRAP = bool(PROBE) and PROBE.features.get("auto_wrap", False)  # fairscale.nn.wrap: 0.3.1+
@@ -123,12 +118,42 @@ def test_plan_maps_the_release_api() -> None:
         return
     assert backend.plan(parse_options("zero_dp_2"), cpu).settings["kwargs"]["reshard_after_forward"] is False
     assert backend.plan(parse_options("zero_dp_3"), cpu).settings["kwargs"]["reshard_after_forward"] is True
+    if not _offload_runs_in_fp32():
+        with pytest.raises(UnsupportedOptions, match=r"offloads only with mixed_precision=fp16.*fairscale>=0\.4"):
+            backend.plan(parse_options("zero_dp_3 offload"), cpu)
+        return
     offload = backend.plan(parse_options("zero_dp_3 offload"), cpu).settings["kwargs"]
     expected = "move_params_to_cpu" if PROBE.features["move_params_to_cpu"] else "cpu_offload"
     assert offload[expected] is True
     assert "compatibility layer" in backend.plan(parse_options("zero_dp_3"), cpu).explain()
     with pytest.raises(UnsupportedOptions, match="hybrid"):
         backend.plan(parse_options("hybrid_shard"), cpu)
+
+
+def test_probe_explains_a_fairscale_without_fsdp() -> None:
+    """fairscale 0.1.x has no FSDP module: the probe says so and names the fix."""
+    from shardcompat.backends._fairscale_common import fairscale_version
+
+    version = fairscale_version()
+    if version is None or not version.startswith("0.1."):
+        pytest.skip(f"fairscale {version} is not a release without FSDP")
+    assert not PROBE
+    assert PROBE.reason == (f"fairscale {version} has no FullyShardedDataParallel (added in 0.3.0); "
+                            "upgrade (pip install -U 'fairscale>=0.3.7') or use torch-fsdp1/torch-fsdp2")
+
+
+@needs_fairscale
+def test_offload_refusal_is_shown_by_resolve() -> None:
+    """Before 0.4 fairscale refuses fp32 offload: resolve()/explain say so at plan time."""
+    from shardcompat.backends import NoBackendAvailable, resolve
+
+    if not ON_CPU:
+        pytest.skip("fairscale-fsdp plans nothing on CPU here")
+    if _offload_runs_in_fp32():
+        assert "move_params_to_cpu=True" in resolve(parse_options("zero_dp_3 offload"), BACKEND).call
+        return
+    with pytest.raises(NoBackendAvailable, match="offloads only with mixed_precision=fp16"):
+        resolve(parse_options("zero_dp_3 offload"), BACKEND)
 
 
 @needs_fairscale
