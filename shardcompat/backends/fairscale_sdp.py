@@ -73,14 +73,14 @@ class FairscaleSdp:
             )
         notes: list[str] = []
         if options.mixed_precision is Precision.FP16:
-            notes.append("fp16: run forward under torch.autocast; Prepared.scaler is a ShardedGradScaler")
+            notes.append("fp16: forward runs under torch.autocast(dtype=torch.float16); Prepared.scaler is a ShardedGradScaler")
         elif options.mixed_precision is Precision.BF16:
-            notes.append("bf16: run forward under torch.autocast(dtype=torch.bfloat16); no scaler needed")
+            notes.append("bf16: forward runs under torch.autocast(dtype=torch.bfloat16); no scaler needed")
         oss = "OSS(model.parameters(), optim=<optimizer class>, group=process_group, **<optimizer kwargs>)"
         if options.stage is Stage.ZERO_DP_1:
             bucket = "" if options.bucket_cap_mb is None else f", bucket_cap_mb={options.bucket_cap_mb:g}"
             call = f"DistributedDataParallel(model{bucket}) + {oss}"
-            return Plan(self.name, options, call, {"ddp": True}, tuple(notes), effective_stage=1)
+            return Plan(self.name, options, call, {"ddp": True}, tuple(notes))
         settings: dict[str, Any] = {"ddp": False}
         if probe.features.get("reduce_buffer_size"):
             settings["reduce_buffer_size"] = _bucket_elements(options)
@@ -92,8 +92,7 @@ class FairscaleSdp:
             notes.append(f"fairscale {probe.versions.get('fairscale')} has no reduce buffer: bucket_cap_mb ignored")
         extra = "".join(f", {k}={v}" for k, v in settings.items() if k != "ddp")
         call = f"ShardedDataParallel(model, {oss}{extra})"
-        # ShardedDDP reduces each gradient to the rank owning its OSS shard: ZeRO-2.
-        return Plan(self.name, options, call, settings, tuple(notes), effective_stage=2)
+        return Plan(self.name, options, call, settings, tuple(notes))
 
     def wrap(
         self, model: torch.nn.Module, optimizer: OptimizerFactory, plan: Plan, placement: Placement
@@ -120,6 +119,11 @@ class FairscaleSdp:
             wrapped = ShardedDataParallel(model, oss, process_group=placement.process_group, **sdp_kwargs)
             if buckets:
                 _zero_through_model(oss, wrapped)
+        if plan.options.mixed_precision in (Precision.FP16, Precision.BF16):
+            from ._torch_common import autocast_forward
+
+            dtype = torch.float16 if plan.options.mixed_precision is Precision.FP16 else torch.bfloat16
+            autocast_forward(wrapped, placement, dtype)
         return FairscaleSdpPrepared(
             model=wrapped, module=model, optimizer=oss, plan=plan, placement=placement,
             scaler=grad_scaler(plan.options, placement.process_group), names=names,
