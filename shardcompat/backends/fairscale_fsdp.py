@@ -137,7 +137,7 @@ class FairscaleFsdp:
         if not placement.cuda:
             notes.append("CPU: runs through shardcompat's fairscale CPU compatibility layer (no-op streams)")
         call = "FullyShardedDataParallel(model, " + ", ".join(f"{k}={v}" for k, v in kwargs.items()) + ")"
-        return Plan(self.name, options, call, {"kwargs": kwargs}, tuple(notes))
+        return Plan(self.name, options, call, {"kwargs": kwargs}, tuple(notes), effective_stage=options.zero_stage)
 
     def wrap(
         self, model: torch.nn.Module, optimizer: OptimizerFactory, plan: Plan, placement: Placement

@@ -80,7 +80,7 @@ class FairscaleSdp:
         if options.stage is Stage.ZERO_DP_1:
             bucket = "" if options.bucket_cap_mb is None else f", bucket_cap_mb={options.bucket_cap_mb:g}"
             call = f"DistributedDataParallel(model{bucket}) + {oss}"
-            return Plan(self.name, options, call, {"ddp": True}, tuple(notes))
+            return Plan(self.name, options, call, {"ddp": True}, tuple(notes), effective_stage=1)
         settings: dict[str, Any] = {"ddp": False}
         if probe.features.get("reduce_buffer_size"):
             settings["reduce_buffer_size"] = _bucket_elements(options)
@@ -92,7 +92,8 @@ class FairscaleSdp:
             notes.append(f"fairscale {probe.versions.get('fairscale')} has no reduce buffer: bucket_cap_mb ignored")
         extra = "".join(f", {k}={v}" for k, v in settings.items() if k != "ddp")
         call = f"ShardedDataParallel(model, {oss}{extra})"
-        return Plan(self.name, options, call, settings, tuple(notes))
+        # ShardedDDP reduces each gradient to the rank owning its OSS shard: ZeRO-2.
+        return Plan(self.name, options, call, settings, tuple(notes), effective_stage=2)
 
     def wrap(
         self, model: torch.nn.Module, optimizer: OptimizerFactory, plan: Plan, placement: Placement
