@@ -17,13 +17,16 @@ import argparse
 import os
 import sys
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
-from .context import Settings
-from .engine import Job, needles, process_file
+from .context import Settings, needles
 from .kinds import detect_kind
 from .report import FileReport, RunReport
-from .scope import Evidence, decide, is_output
 from .walk import iter_files
+
+if TYPE_CHECKING:  # the rewriters and the evidence rules load only when a file matches
+    from .engine import Job
+    from .scope import Evidence
 
 __all__ = ["build_parser", "main", "run"]
 
@@ -81,14 +84,10 @@ class _Progress:
 
 
 def _scan(paths: Sequence[str], excludes: Sequence[str], wanted: tuple[bytes, ...],
-          report: RunReport) -> tuple[list[tuple[str, str, str]], dict[str, Evidence], set[str]]:
-    """Read every file once: the byte prefilter plus the cheap evidence needles."""
+          report: RunReport) -> list[tuple[str, str, str]]:
+    """Read every file once for the byte prefilter: ``(root, path, kind)`` of the matches."""
     matched: list[tuple[str, str, str]] = []
-    evidence: dict[str, Evidence] = {}
-    complete: set[str] = set()
-    for given in paths:
-        if os.path.isdir(given):
-            complete.add(os.path.realpath(given))
+    single = wanted[0] if len(wanted) == 1 else None
     for root, path in iter_files(paths, excludes):
         report.scanned += 1
         try:
@@ -97,25 +96,27 @@ def _scan(paths: Sequence[str], excludes: Sequence[str], wanted: tuple[bytes, ..
         except OSError as error:
             report.files.append(FileReport(_display(path), "unknown", error=f"cannot read: {error.strerror}"))
             continue
-        evidence.setdefault(root, Evidence()).observe(path, data)
-        if any(n in data for n in wanted):
+        if (single in data) if single is not None else any(n in data for n in wanted):
             kind = detect_kind(path, data[:200])
-            if kind is not None and not is_output(os.path.relpath(path, root)):
+            if kind is not None:
                 matched.append((root, path, kind))
-    return matched, evidence, complete
+    return matched
 
 
-def _complete_evidence(roots: set[str], evidence: dict[str, Evidence], complete: set[str]) -> None:
-    """Roots walked only in part (a single file, a subfolder) are scanned whole for evidence."""
-    for root in roots - complete:
-        full = Evidence()
+def _evidence(roots: set[str]) -> dict[str, Evidence]:
+    """Scope evidence, gathered only when something matched: every file of each root."""
+    from .scope import Evidence
+
+    found: dict[str, Evidence] = {}
+    for root in roots:
+        evidence = found[root] = Evidence()
         for _, path in iter_files([root]):
             try:
                 with open(path, "rb") as handle:
-                    full.observe(path, handle.read())
+                    evidence.observe(path, handle.read())
             except OSError:
                 continue
-        evidence[root] = full
+    return found
 
 
 def _display(path: str) -> str:
@@ -124,8 +125,13 @@ def _display(path: str) -> str:
 
 
 def _jobs(matched: list[tuple[str, str, str]], evidence: dict[str, Evidence], args: argparse.Namespace) -> list[Job]:
+    from .engine import Job
+    from .scope import decide, is_output
+
     jobs = []
     for root, path, kind in matched:
+        if is_output(os.path.relpath(path, root)):
+            continue
         found = evidence[root]
         settings = Settings(to=args.to, local_scripts=frozenset() if args.scope == "all" else found.local_scripts,
                             fairscale_imports=args.fairscale_imports, legacy=args.legacy)
@@ -143,6 +149,8 @@ def _read(path: str) -> bytes:
 
 
 def _run_jobs(jobs: list[Job], workers: int, progress: _Progress) -> Iterator[FileReport]:
+    from .engine import process_file
+
     if workers <= 1 or len(jobs) < _POOL_THRESHOLD:
         for job in jobs:
             yield process_file(job)
@@ -158,14 +166,12 @@ def _run_jobs(jobs: list[Job], workers: int, progress: _Progress) -> Iterator[Fi
 
 def run(args: argparse.Namespace) -> RunReport:
     """Scan, rewrite, and (with ``--write``) apply; returns the report."""
-    from .write import atomic_write
-
     report = RunReport(mode=args.mode)
     probe = Settings(fairscale_imports=args.fairscale_imports, legacy=args.legacy)
-    matched, evidence, complete = _scan(args.paths, args.exclude, needles(probe), report)
-    if args.scope != "all":
-        _complete_evidence({root for root, _, _ in matched}, evidence, complete)
-    jobs = _jobs(matched, evidence, args)
+    matched = _scan(args.paths, args.exclude, needles(probe), report)
+    if not matched:
+        return report
+    jobs = _jobs(matched, _evidence({root for root, _, _ in matched}), args)
     workers = args.jobs or os.cpu_count() or 1
     progress = _Progress(len(jobs), not args.no_progress and not args.json)
     for result in _run_jobs(jobs, workers, progress):
@@ -173,6 +179,8 @@ def run(args: argparse.Namespace) -> RunReport:
             report.files.append(result)
     progress.close()
     if args.mode == "write":
+        from .write import atomic_write
+
         paths = {job.display: job.path for job in jobs}
         for result in report.changed:
             assert result.new_data is not None

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
-from .flags import Target
+__all__ = ["Settings", "Target", "needles"]
 
-__all__ = ["Settings"]
+#: The target syntax: the list syntax or modern Transformers ``--fsdp``.
+Target = Literal["list", "fsdp"]
 
 
 @dataclass(frozen=True)
@@ -19,3 +21,9 @@ class Settings:
     local_scripts: frozenset[str] = frozenset()
     fairscale_imports: bool = False
     legacy: bool = True
+
+
+def needles(settings: Settings) -> tuple[bytes, ...]:
+    """The byte strings a file must contain to be looked at (the prefilter)."""
+    found = [b"sharded_ddp"] if settings.legacy else []
+    return (*found, b"fairscale") if settings.fairscale_imports else tuple(found)

@@ -8,13 +8,13 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, replace
 
-from .context import Settings
+from .context import Settings, needles
 from .flags import Rewrite
 from .report import Edit, FileReport, Finding
 from .spans import LineIndex, SpanEdit, apply_spans, decode, drop_marked, file_skipped, marker_lines
 from .text import PythonHook
 
-__all__ = ["Job", "needles", "process_file", "python_hook"]
+__all__ = ["Job", "process_file", "python_hook"]
 
 
 @dataclass(frozen=True)
@@ -27,12 +27,6 @@ class Job:
     settings: Settings
     scope: str = "edit"
     reason: str = ""
-
-
-def needles(settings: Settings) -> tuple[bytes, ...]:
-    """The byte strings a file must contain to be looked at."""
-    found = [b"sharded_ddp"] if settings.legacy else []
-    return (*found, b"fairscale") if settings.fairscale_imports else tuple(found)
 
 
 def _commands(settings: Settings) -> list[type]:

@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from .context import Target
 from .spans import SpanEdit
 
 if TYPE_CHECKING:
@@ -49,7 +50,6 @@ FLAG = "--sharded_ddp"
 FSDP_FLAG = "--fsdp"
 #: Stands for an f-string expression or other opaque text inside a span; never a value.
 PLACEHOLDER = "\ue000"
-Target = Literal["list", "fsdp"]
 
 _TRUE = frozenset({"true", "1", "yes"})
 _FALSE = frozenset({"false", "0", "no"})

@@ -28,14 +28,13 @@ import libcst as cst
 from libcst.codemod import CodemodCommand, CodemodContext, VisitorBasedCodemodCommand
 from libcst.metadata import PositionProvider
 
-from .context import Settings
+from .context import Settings, Target
 from .flags import (
     FLAG,
     FSDP_FLAG,
     HINTS,
     PLACEHOLDER,
     Meaning,
-    Target,
     meaning,
     plan_argv,
     rewrite_commands,

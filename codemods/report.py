@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -91,6 +90,8 @@ class RunReport:
         return 0
 
     def to_json(self) -> str:
+        import json
+
         return json.dumps(
             {
                 "mode": self.mode,
