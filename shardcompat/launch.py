@@ -158,13 +158,11 @@ def _supervise(procs: list[Any], out: Path, timeout: float, grace: float) -> Non
     deadline = time.monotonic() + timeout
     failed_at: float | None = None
     stalled: list[int] = []
-    first: tuple[int, int | None] | None = None
     while any(p.is_alive() for p in procs):
         now = time.monotonic()
-        for rank, proc in enumerate(procs):
-            if first is None and proc.exitcode not in (None, 0):
-                first, failed_at = (rank, proc.exitcode), now
-                stalled = [r for r, p in enumerate(procs) if p.exitcode is None]
+        if failed_at is None and any(p.exitcode not in (None, 0) for p in procs):
+            failed_at = now
+            stalled = [r for r, p in enumerate(procs) if p.exitcode is None]
         if failed_at is not None and now - failed_at > grace:
             break
         if now > deadline:
@@ -172,14 +170,15 @@ def _supervise(procs: list[Any], out: Path, timeout: float, grace: float) -> Non
                 proc.kill()
             raise WorkerTimeout(f"the job ran past its {timeout:.0f} s limit; all ranks were stopped")
         time.sleep(0.02)
-    if first is None:
-        first = next(((r, p.exitcode) for r, p in enumerate(procs) if p.exitcode not in (None, 0)), None)
-    if first is not None:
+    # Ranks still alive here are killed by the caller afterwards: what failed now failed itself.
+    failed = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
+    if failed:
         # A rank that died without a traceback (killed) is the cause; else the rank that
         # raised first, since the others usually fail after it with "connection closed".
-        errors = sorted(out.glob("error-*.txt"), key=lambda f: f.stat().st_mtime)
-        killed = not (out / f"error-{first[0]}.txt").exists()
-        rank = first[0] if killed or not errors else int(errors[0].stem.split("-")[1])
+        died = [r for r in failed if not (out / f"error-{r}.txt").exists()]
+        errors = sorted((out / f"error-{r}.txt" for r in failed if r not in died),
+                        key=lambda f: f.stat().st_mtime)
+        rank = died[0] if died else int(errors[0].stem.split("-")[1])
         code = procs[rank].exitcode
         error = out / f"error-{rank}.txt"
         details = error.read_text() if error.exists() else "(no traceback: the process was killed)"
