@@ -102,6 +102,15 @@ def device_type(placement: Placement) -> str:
     return "cuda" if placement.cuda else "cpu"
 
 
+def sharded_grad_scaler(wanted: bool, placement: Placement) -> Any:
+    """torch's ``ShardedGradScaler`` when fp16 needs one (a plain scaler sees one shard's infs)."""
+    if not wanted:
+        return None
+    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+    return ShardedGradScaler(device=device_type(placement), process_group=placement.process_group)
+
+
 def mesh_text(shape: tuple[int, ...], placement: Placement) -> str:
     names = f", mesh_dim_names={MESH_DIMS!r}" if len(shape) == 2 else ""
     return f"init_device_mesh({device_type(placement)!r}, {shape!r}{names})"

@@ -27,6 +27,7 @@ from ._torch_common import (
     device_type,
     mesh_shape,
     mesh_text,
+    sharded_grad_scaler,
     torch_probe,
 )
 from ._wrap_policy import DEFAULT_MIN_NUM_PARAMS, describe_rule, wrap_rule
@@ -152,11 +153,7 @@ class TorchFSDP1Backend:
         settings = plan.settings
         args = _fsdp_args(plan.options, placement, settings["strategy"], settings["mesh"])
         wrapped = FullyShardedDataParallel(model, **{k: make(model) for k, (_, make) in args.items()})
-        scaler = None
-        if settings["scaler"]:
-            from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
-
-            scaler = ShardedGradScaler(device=device_type(placement), process_group=placement.process_group)
+        scaler = sharded_grad_scaler(settings["scaler"], placement)
         return FSDP1Prepared(
             model=wrapped, module=model, optimizer=optimizer(wrapped.parameters()),
             plan=plan, placement=placement, scaler=scaler,

@@ -32,6 +32,7 @@ from ._torch_common import (
     mesh_shape,
     mesh_text,
     move_to_device,
+    sharded_grad_scaler,
     torch_probe,
 )
 from ._wrap_policy import describe_rule, modules_to_wrap, wrap_rule
@@ -186,11 +187,7 @@ class TorchFSDP2Backend:
         if options.forward_prefetch:
             for unit, after in zip(units, units[1:]):
                 unit.set_modules_to_forward_prefetch([after])  # type: ignore[operator]
-        scaler = None
-        if settings["scaler"]:
-            from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
-
-            scaler = ShardedGradScaler(device=device_type(placement), process_group=placement.process_group)
+        scaler = sharded_grad_scaler(settings["scaler"], placement)
         return FSDP2Prepared(
             model=model, module=model, optimizer=optimizer(model.parameters()),
             plan=plan, placement=placement, scaler=scaler,
