@@ -18,6 +18,7 @@ import torch.distributed as dist
 
 from ..options import Precision, ShardingOptions
 from ._base import Probe
+from ._fairscale_waits import wait_for_every_collective
 
 __all__ = [
     "accepts",
@@ -93,7 +94,9 @@ def probe_fairscale(
         if version is None:
             reason += f", or use backend {_FALLBACK[backend]}"
         return Probe(backend, False, reason, versions)
-    return Probe(backend, True, "", versions, features(mods))
+    # Before 0.3.7, async broadcasts race on gloo; fixed here, once, for every user of fairscale.
+    fixed = wait_for_every_collective()
+    return Probe(backend, True, "", versions, {**features(mods), "collective_wait_fix": bool(fixed)})
 
 
 def accepts(func: Callable[..., Any], name: str) -> bool:
@@ -193,14 +196,22 @@ def named_optimizer_state(state: dict[str, Any], names: Sequence[str]) -> dict[s
 
 
 def indexed_optimizer_state(state: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
-    """The inverse of :func:`named_optimizer_state` for an optimizer built on ``names`` in order."""
+    """The inverse of :func:`named_optimizer_state` for an optimizer built on ``names`` in order.
+
+    The result is in model order and dense (``{}`` for a parameter without state), whatever
+    order the names came in (another backend may list them differently): torch pairs saved
+    and current parameters by position in ``param_groups``, and fairscale before 0.3.7 pairs
+    the ``state`` entries by position too.  An empty state is what an optimizer has before
+    its first step.
+    """
     index = {name: i for i, name in enumerate(names)}
     missing = [n for g in state["param_groups"] for n in g["params"] if n not in index]
+    missing += [n for n in state["state"] if n not in index]
     if missing:
         raise KeyError(f"optimizer state names parameters this model does not have: {missing[:5]}")
+    groups = [{**g, "params": sorted(index[n] for n in g["params"])} for g in state["param_groups"]]
+    saved = {index[name]: value for name, value in state["state"].items()}
     return {
-        "state": {index[name]: _cloned(value) for name, value in state["state"].items()},
-        "param_groups": [
-            {**group, "params": [index[n] for n in group["params"]]} for group in state["param_groups"]
-        ],
+        "state": {i: _cloned(saved.get(i, {})) for g in groups for i in g["params"]},
+        "param_groups": groups,
     }

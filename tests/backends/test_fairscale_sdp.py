@@ -86,11 +86,32 @@ def _raw_sharded_ddp(rank: int, model_name: str, optim: str) -> Result:
     return Result(losses, state if rank == 0 else {}, "raw-sharded-ddp")
 
 
+REPEATS = 6  # fairscale < 0.3.7's gloo broadcast race showed in about one run of three
+
+
+def _repeats(rank: int) -> dict[str, list[dict[str, torch.Tensor]]]:
+    """The same short training ``REPEATS`` times: this rank's whole parameters after each."""
+    import shardcompat
+
+    finals: dict[str, list[dict[str, torch.Tensor]]] = {}
+    for opts in ("simple", "zero_dp_1"):
+        finals[opts] = []
+        for _ in range(REPEATS):
+            prepared = shardcompat.prepare(build_model("mlp"), OPTIMIZERS["adamw"], opts, backend=BACKEND)
+            for step in range(4):
+                x, y = batch("mlp", rank, step)
+                prepared.backward(loss_fn("mlp", prepared(x), y))
+                prepared.step()
+                prepared.zero_grad()
+            finals[opts].append({k: v.detach().clone() for k, v in prepared.module.state_dict().items()})
+    return finals
+
+
 def _job(rank: int, world_size: int, cases: list[Case]) -> dict[str, Any]:
     every = list(dict.fromkeys(c for case in cases for c in (case.reference, case)))
     results = dict(zip(every, _run_cases(rank, world_size, every)))
     raw = {m: _raw_sharded_ddp(rank, m, "adamw") for m in ("mlp", "blocks")}
-    return {"cases": results, "raw": raw, "state": _state_roundtrip(rank)}
+    return {"cases": results, "raw": raw, "state": _state_roundtrip(rank), "repeats": _repeats(rank)}
 
 
 def _state_roundtrip(rank: int) -> dict[str, Any]:
@@ -129,9 +150,13 @@ def _state_roundtrip(rank: int) -> dict[str, Any]:
 
 
 @functools.cache
-def _results() -> dict[str, Any]:
-    results: dict[str, Any] = spawn(_job, 2, (CASES,), timeout=600)[0]
+def _all_ranks() -> list[dict[str, Any]]:
+    results: list[dict[str, Any]] = spawn(_job, 2, (CASES,), timeout=600)
     return results
+
+
+def _results() -> dict[str, Any]:
+    return _all_ranks()[0]
 
 
 @needs_fairscale
@@ -174,6 +199,41 @@ def test_optimizer_state_consolidates_by_name_and_resumes() -> None:
     assert state["diff"] <= FP32_TOL, "resuming from the consolidated state changed training"
     # Each rank holds only its OSS shard of the optimizer state.
     assert 0 < state["local"] < state["full"]
+
+
+@needs_fairscale
+@pytest.mark.parametrize("options", ["simple", "zero_dp_1"])
+def test_training_is_repeatable_and_ranks_agree(options: str) -> None:
+    """Bit-identical parameters on every rank and in every repeat of the same run.
+
+    fairscale before 0.3.7 waits only on the last of its async broadcasts; on gloo the others
+    could still be writing when training went on, so ranks drifted apart at random
+    (``_fairscale_waits``).  The probe says whether this release needed the fix.
+    """
+    runs = [rank["repeats"][options] for rank in _all_ranks()]
+    first = runs[0][0]
+    for rank, finals in enumerate(runs):
+        for i, state in enumerate(finals):
+            assert max_diff(state, first) == 0.0, f"rank {rank}, repeat {i} differs from rank 0's first run"
+
+
+@needs_fairscale
+def test_probe_reports_the_collective_wait_fix() -> None:
+    """The fix is installed exactly where a release waits on the last handle only."""
+    import importlib
+
+    from shardcompat.backends._fairscale_waits import SITES, last_handle_only
+
+    needed = []
+    for module_name, cls, method in SITES:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        if last_handle_only(module, cls, method):
+            needed.append(module)
+            assert type(module.dist).__name__ == "_WaitingDist", f"{module_name}.dist was not fixed"
+    assert PROBE.features["collective_wait_fix"] == bool(needed)
 
 
 @needs_fairscale
@@ -236,3 +296,31 @@ def test_import_exit_is_explained(monkeypatch: pytest.MonkeyPatch) -> None:
     mods, reason = common.import_fairscale(["fairscale.nn.data_parallel"])
     assert mods == {}
     assert "0.4.9" in reason and "pygit2" in reason and "torch-fsdp" in reason
+
+
+def test_indexed_optimizer_state_is_dense_and_in_model_order() -> None:
+    """Name-keyed state from any backend becomes index-keyed state in the model's order.
+
+    fairscale before 0.3.7 pairs ``state`` entries with parameters by position, and torch
+    pairs ``param_groups`` entries by position, so another backend's order (or a parameter
+    without state) must not shift anything.  The load itself runs in test_checkpoint.py.
+    """
+    from shardcompat.backends._fairscale_common import (
+        indexed_optimizer_state,
+        named_optimizer_state,
+    )
+
+    names = ["a.weight", "a.bias", "b.weight"]
+    saved = {
+        "state": {"b.weight": {"step": torch.tensor(2.0)}, "a.weight": {"step": torch.tensor(1.0)}},
+        "param_groups": [{"lr": 0.1, "params": ["b.weight", "a.weight", "a.bias"]}],
+    }
+    indexed = indexed_optimizer_state(saved, names)
+    assert list(indexed["state"]) == [0, 1, 2]
+    assert indexed["state"][1] == {}
+    assert float(indexed["state"][0]["step"]) == 1.0 and float(indexed["state"][2]["step"]) == 2.0
+    assert indexed["param_groups"] == [{"lr": 0.1, "params": [0, 1, 2]}]
+    back = named_optimizer_state(indexed, names)
+    assert set(back["state"]) == set(names) and back["param_groups"][0]["params"] == names
+    with pytest.raises(KeyError, match=r"c\.weight"):
+        indexed_optimizer_state({"state": {"c.weight": {}}, "param_groups": []}, names)
