@@ -6,8 +6,9 @@ overlap communication (``KeyError: 'all_gather'`` on 0.3.7+ when there are none,
 ``record_stream``.  On one CPU host thread all work is already ordered, so each of these is
 a no-op there.  :func:`cpu_compat` makes them so, and only:
 
-- while it is entered (``FairscaleFsdpPrepared`` enters it around construction, forward,
-  backward and state-dict calls on CPU; never on CUDA);
+- while it is entered: :func:`hold` enters it for as long as a CPU fairscale FSDP instance
+  lives (its autograd hooks run inside the user's ``loss.backward()``, outside any call of
+  ours, so nothing narrower works); never on CUDA;
 - for fairscale's FSDP module: its global name ``torch`` is swapped for a view of torch whose
   ``torch.cuda`` has no-op streams (``Stream``, ``stream``, ``current_stream``,
   ``synchronize``) and says CUDA is available so that FSDP builds those streams.  torch
@@ -21,7 +22,9 @@ a no-op there.  :func:`cpu_compat` makes them so, and only:
   ``torch.distributed`` without ``_all_gather_base``/``_reduce_scatter_base``, so fairscale
   takes its list-based fallback (what ``ENABLE_NCCL_BASE_COLLECTIVES=0`` selects on releases
   that have the switch; 0.3.x have none).  gloo's ``_reduce_scatter_base`` checks the input's
-  first dimension, and fairscale passes a ``(world_size, shard)`` stack, so it aborts.
+  first dimension, and fairscale passes a ``(world_size, shard)`` stack, so it aborts.  Its
+  ``all_gather`` reshapes a 0-d input to the outputs' equal-sized shape: gloo checks shapes
+  where NCCL checks sizes, and fairscale gathers Adam's 0-d ``step`` into ``(1,)`` chunks.
 Anything else CUDA-specific still fails loudly; the parity tests show the result equals DDP.
 """
 
@@ -29,13 +32,14 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
 
 import torch
 
-__all__ = ["FSDP_MODULE", "cpu_compat", "supported"]
+__all__ = ["FSDP_MODULE", "cpu_compat", "gather_optim_state", "hold", "supported"]
 
 FSDP_MODULE = "fairscale.nn.data_parallel.fully_sharded_data_parallel"
 
@@ -115,6 +119,12 @@ class _DistView:
             raise AttributeError(name)
         return getattr(self._real, name)
 
+    def all_gather(self, tensor_list: list[torch.Tensor], tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        # NCCL needs equal sizes, gloo equal shapes: fairscale gathers a 0-d ``step`` into (1,) chunks.
+        if tensor_list and tensor.shape != tensor_list[0].shape and tensor.numel() == tensor_list[0].numel():
+            tensor = tensor.reshape(tensor_list[0].shape)
+        return self._real.all_gather(tensor_list, tensor, *args, **kwargs)
+
 
 _lock = threading.RLock()
 _depth = 0
@@ -128,7 +138,8 @@ def supported(module: ModuleType) -> bool:
     ``_setup_streams`` (fairscale 0.3.x-0.4.x); anything else is left alone.
     """
     fsdp = getattr(module, "FullyShardedDataParallel", None)
-    return getattr(module, "torch", None) is torch and hasattr(fsdp, "_setup_streams")
+    seen = getattr(module, "torch", None)  # our view while the layer is held
+    return (seen is torch or isinstance(seen, _TorchView)) and hasattr(fsdp, "_setup_streams")
 
 
 def _dist_users(module: ModuleType) -> list[ModuleType]:
@@ -188,3 +199,31 @@ def cpu_compat(module: ModuleType) -> Iterator[None]:
                     user.dist = real
                 torch.Tensor.pin_memory = _saved.pop("pin_memory")  # type: ignore[method-assign]
                 torch.Tensor.record_stream = _saved.pop("record_stream")  # type: ignore[method-assign]
+
+
+def hold(module: ModuleType, owner: object) -> None:
+    """Stay inside :func:`cpu_compat` until ``owner`` (a fairscale FSDP instance) is collected."""
+    layer = cpu_compat(module)
+    layer.__enter__()
+    weakref.finalize(owner, layer.__exit__, None, None, None)
+
+
+_States = dict[int, dict[str, Any]]
+
+
+def gather_optim_state(gather: Callable[[_States], tuple[_States, _States]], sd_state: _States) -> tuple[_States, _States]:
+    """fairscale's ``FSDP._gather_optim_state`` (``gather``), one state key at a time.
+
+    It all-gathers every tensor state of a parameter into one reused buffer and keeps
+    ``x.cpu()`` of the chunks: a copy off a GPU, but on CPU the buffer itself, so each key
+    overwrote the one before (``exp_avg`` came back equal to ``exp_avg_sq``).  One key per
+    call gets a fresh buffer each time; every rank iterates the same keys in the same order.
+    """
+    gathered: _States = {k: {} for k in sd_state}
+    singletons: _States = {k: {} for k in sd_state}
+    for key in dict.fromkeys(name for state in sd_state.values() for name in state):
+        some, single = gather({k: {key: v[key]} if key in v else {} for k, v in sd_state.items()})
+        for k in sd_state:
+            gathered[k].update(some.get(k, {}))
+            singletons[k].update(single.get(k, {}))
+    return gathered, singletons

@@ -2,16 +2,15 @@
 
 Release differences are probed from the constructor's signature: offload is
 ``move_params_to_cpu`` (0.3.7+) or ``cpu_offload``; ``compute_device`` exists from 0.3.7;
-``fairscale.nn.wrap`` from 0.3.1.  fairscale FSDP needs CUDA as shipped; on CPU every call
-into it goes through :func:`~shardcompat.backends._fairscale_cpu.cpu_compat`.
+``fairscale.nn.wrap`` from 0.3.1.  fairscale FSDP needs CUDA as shipped; on CPU the wrapped
+model holds :func:`~shardcompat.backends._fairscale_cpu.cpu_compat` for as long as it lives.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Iterator, Sequence
-from types import ModuleType
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import torch
@@ -161,25 +160,19 @@ class FairscaleFsdp:
         if "compute_device" in kwargs:
             kwargs["compute_device"] = torch.device(placement.device)
         kwargs["process_group"] = placement.process_group
-        compat = _compat(module, placement)
         model.to(placement.device)
         shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}  # before flattening
-        with compat():
+        with contextlib.nullcontext() if placement.cuda else _fairscale_cpu.cpu_compat(module):
             try:
                 wrapped = _build(module.FullyShardedDataParallel, model, plan.options, kwargs)
             except ValueError as error:
                 raise UnsupportedOptions(self.name, plan.options, str(error)) from error
+            if not placement.cuda:
+                _fairscale_cpu.hold(module, wrapped)  # for .model(x) and loss.backward() too
         return FairscaleFsdpPrepared(
             model=wrapped, module=model, optimizer=optimizer(wrapped.parameters()), plan=plan,
-            placement=placement, scaler=grad_scaler(plan.options, placement.process_group), compat=compat,
-            shapes=shapes,
+            placement=placement, scaler=grad_scaler(plan.options, placement.process_group), shapes=shapes,
         )
-
-
-def _compat(module: ModuleType, placement: Placement) -> Callable[[], contextlib.AbstractContextManager[Any]]:
-    if placement.cuda:
-        return contextlib.nullcontext
-    return functools.partial(_fairscale_cpu.cpu_compat, module)
 
 
 def _build(fsdp: Any, model: torch.nn.Module, options: ShardingOptions, kwargs: dict[str, Any]) -> Any:
@@ -198,46 +191,26 @@ def _build(fsdp: Any, model: torch.nn.Module, options: ShardingOptions, kwargs: 
 
 
 class FairscaleFsdpPrepared(Prepared):
-    """``Prepared`` over fairscale FSDP; on CPU each call enters the compatibility layer."""
+    """``Prepared`` over fairscale FSDP (on CPU, the model holds the compatibility layer)."""
 
-    def __init__(
-        self, *, compat: Callable[[], contextlib.AbstractContextManager[Any]],
-        shapes: dict[str, tuple[int, ...]], **kwargs: Any,
-    ) -> None:
+    def __init__(self, *, shapes: dict[str, tuple[int, ...]], **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._compat = compat
         self._names = list(shapes)  # the original parameters, in model order
         self._shapes = shapes
         self._owner: dict[str, int] | None = None
-
-    def _in(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        with self._compat():
-            return fn(*args, **kwargs)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._in(self.model, *args, **kwargs)
-
-    def backward(self, loss: torch.Tensor) -> None:
-        self._in(super().backward, loss)
-
-    @contextlib.contextmanager
-    def no_sync(self) -> Iterator[None]:
-        # FSDP.no_sync() runs its lazy init (stream creation): the whole block is FSDP calls.
-        with self._compat(), self.model.no_sync():  # type: ignore[operator]
-            yield
 
     def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
         # Not FSDP.clip_grad_norm_: it moves the norm to CUDA.  Gradients are disjoint shards.
         return shard_clip_grad_norm_(self.model.parameters(), max_norm, norm_type, self.placement.process_group)
 
     def full_state_dict(self, *, rank0_only: bool = True) -> dict[str, torch.Tensor]:
-        state = self._in(self.model.state_dict)
+        state = self.model.state_dict()
         if rank0_only and self.placement.rank != 0:
             return {}
         return {k: v.detach().cpu().clone() for k, v in state.items()}
 
     def load_full_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        self._in(self.model.load_state_dict, state)
+        self.model.load_state_dict(state)
 
     # ------------------------------------------------------------------ optimizer state
     # fairscale's optimizer holds one state per flat parameter shard, in a layout (flattening,
@@ -259,7 +232,7 @@ class FairscaleFsdpPrepared(Prepared):
             for param, shard in zip(params, shards):
                 if shard is not None:
                     param.data.copy_(shard)
-            return self._in(fn)
+            return fn()
         finally:
             for param, data in zip(params, kept):
                 param.data.copy_(data)
@@ -334,7 +307,7 @@ class FairscaleFsdpPrepared(Prepared):
             if present:  # per-element keys come below; scalars (``step``) from the first name
                 new[i] = {k: _cloned(v) for k, v in saved[present[0]].items() if k not in sharded}
         if sharded:
-            base = self._in(self.model.state_dict)
+            base = self.model.state_dict()
             base = {k: v.detach().clone() for k, v in base.items()}
         for key in sharded:
             values = dict(base)

@@ -1,4 +1,4 @@
-"""``FullyShardedDataParallel`` both ways: real fairscale (CUDA), or torch's FSDP1.
+"""``FullyShardedDataParallel`` both ways: real fairscale (CUDA, or CPU through the layer), or torch's FSDP1.
 
 torch FSDP1 is the closest native match: flat parameters, ``summon_full_params``,
 ``no_sync``, ``clip_grad_norm_`` and full state dicts by default.  The fairscale arguments are
@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.distributed import fsdp
 
-from ..backends._fairscale_common import accepts
+from ..backends._fairscale_common import accepts, shard_clip_grad_norm_
 from ._arguments import NATIVE, How, check
 
 __all__ = ["NativeFullyShardedDataParallel", "fairscale_fully_sharded_data_parallel", "torch_kwargs"]
@@ -120,18 +120,70 @@ class NativeFullyShardedDataParallel(fsdp.FullyShardedDataParallel):
 
 @functools.cache
 def fairscale_fully_sharded_data_parallel() -> type[nn.Module]:
-    """fairscale's FSDP, taking either offload spelling whichever one this version has."""
+    """fairscale's FSDP, taking either offload spelling whichever one this version has.
+
+    Without CUDA each instance holds shardcompat's CPU compatibility layer for as long as it
+    lives (as ``prepare``'s fairscale-fsdp backend does), and ``clip_grad_norm_`` computes the
+    same global norm without fairscale's ``.cuda()``.
+    """
+    import importlib
+
     from fairscale.nn.data_parallel import FullyShardedDataParallel as Base
 
-    has = {name: accepts(Base.__init__, name) for name in _OFFLOAD_NAMES}
+    from ..backends import _fairscale_cpu
+
+    module = importlib.import_module(_fairscale_cpu.FSDP_MODULE)
+    has = {name: accepts(Base.__init__, name) for name in (*_OFFLOAD_NAMES, "compute_device")}
 
     class FullyShardedDataParallel(Base):  # type: ignore[misc, valid-type]
         __doc__ = Base.__doc__
 
-        def __init__(self, module: nn.Module, *args: Any, **kwargs: Any) -> None:
+        def __init__(self, module_: nn.Module, *args: Any, **kwargs: Any) -> None:
             for name, other in (_OFFLOAD_NAMES, _OFFLOAD_NAMES[::-1]):
                 if name in kwargs and not has[name] and has[other]:
                     kwargs[other] = kwargs.pop(name)
-            super().__init__(module, *args, **kwargs)
+            self._shardcompat_cpu = not torch.cuda.is_available()
+            if not self._shardcompat_cpu:
+                super().__init__(module_, *args, **kwargs)
+                return
+            if has["compute_device"] and kwargs.get("compute_device") is None:
+                kwargs["compute_device"] = torch.device("cpu")  # fairscale's default is CUDA
+            with _fairscale_cpu.cpu_compat(module):
+                super().__init__(module_, *args, **kwargs)
+                _fairscale_cpu.hold(module, self)
+
+        def gather_full_optim_state_dict(self, optim: torch.optim.Optimizer, **kwargs: Any) -> dict[str, Any] | None:
+            # fairscale turns each tensor ``step`` into a float in ``optim.state_dict()``, whose
+            # per-parameter dicts are the live ones on torch 2: the next Adam step would fail.
+            steps = {p: st["step"] for p, st in optim.state.items() if isinstance(st.get("step"), torch.Tensor)}
+            try:
+                return super().gather_full_optim_state_dict(optim, **kwargs)  # type: ignore[no-any-return]
+            finally:
+                for param, step in steps.items():
+                    optim.state[param]["step"] = step
+
+        def _gather_optim_state(self, sd_state: dict[int, dict[str, Any]]) -> Any:
+            if not self._shardcompat_cpu:
+                return super()._gather_optim_state(sd_state)
+            return _fairscale_cpu.gather_optim_state(super()._gather_optim_state, sd_state)
+
+        def get_shard_from_optim_state_dict(self, full_optim_state_dict: dict[str, Any]) -> dict[str, Any]:
+            return _steps_as_tensors(super().get_shard_from_optim_state_dict(full_optim_state_dict))
+
+        def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
+            if not self._shardcompat_cpu:
+                return super().clip_grad_norm_(max_norm, norm_type)  # type: ignore[no-any-return]
+            # Each rank holds a disjoint shard of every gradient, as fairscale assumes too.
+            return shard_clip_grad_norm_(self.parameters(), float(max_norm), float(norm_type), self.process_group)
 
     return FullyShardedDataParallel
+
+
+def _steps_as_tensors(optim_state: dict[str, Any]) -> dict[str, Any]:
+    """fairscale hands ``step`` back as a Python number; torch >= 1.12's Adam/AdamW refuse it
+    ("``state_steps`` argument must contain a list of singleton tensors")."""
+    for state in optim_state.get("state", {}).values():
+        step = state.get("step")
+        if step is not None and not isinstance(step, torch.Tensor):
+            state["step"] = torch.tensor(float(step))
+    return optim_state

@@ -55,8 +55,9 @@ def _fairscale_unusable(family: str) -> str:
         return f"shardcompat has no {_BACKEND[family]} backend here ({error})"
     if not probe:
         return probe.reason
-    if family == "fsdp" and not torch.cuda.is_available():
-        return "fairscale FSDP needs CUDA as shipped; torch FSDP1 serves it on CPU"
+    if family == "fsdp" and not torch.cuda.is_available() and not probe.features.get("cpu_compat"):
+        return (f"fairscale {probe.versions.get('fairscale')} FSDP needs CUDA, and shardcompat's CPU "
+                "compatibility layer does not fit this release; torch FSDP1 serves it on CPU")
     return ""
 
 
@@ -72,8 +73,9 @@ def choose(family: str) -> Choice:
         return Choice(family, NATIVE, f"{ENV}=native")
     why_not = _fairscale_unusable(family)
     if not why_not:
-        fix = "; ShardedDDP's reduce-bucket/zero_grad trap is fixed" if family == "sdp" else ""
-        return Choice(family, FAIRSCALE, f"{_BACKEND[family]} probe passed{fix}")
+        fix = {"sdp": "; ShardedDDP's reduce-bucket/zero_grad trap is fixed",
+               "fsdp": "" if torch.cuda.is_available() else "; on CPU through shardcompat's compatibility layer"}
+        return Choice(family, FAIRSCALE, f"{_BACKEND[family]} probe passed{fix[family]}")
     if setting == FAIRSCALE:
         raise RuntimeError(f"{ENV}=fairscale but fairscale cannot serve {family} here: {why_not}")
     return Choice(family, NATIVE, why_not)

@@ -8,6 +8,7 @@ environment (``SHARDCOMPAT_FAIRSCALE``).  The reference is plain DDP built by ha
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any
 
 import torch
@@ -101,11 +102,14 @@ def fsdp(rank: int, model_name: str, *, accumulate: int = 1, clip: float | None 
         optim.step()
         losses.append(_mean(loss))
     with model.summon_full_params():
-        full_shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
-    gathered = model.gather_full_optim_state_dict(optim)
+        # fairscale before 0.4 names them through its wrappers (``_fsdp_wrapped_module._fpw_module.``)
+        full_shapes = {re.sub(r"(_fsdp_wrapped_module|_fpw_module)\.", "", n): tuple(p.shape)
+                       for n, p in model.named_parameters()}
+    # fairscale: "optim state dict requires flatten_parameters=True"
+    gathered = model.gather_full_optim_state_dict(optim) if fsdp_kwargs.get("flatten_parameters", True) else None
     return {"losses": losses, "state": dict(model.state_dict()), "norms": norms, "full_shapes": full_shapes,
             "optim_states": None if gathered is None else len(gathered["state"]),
-            "class": type(model).__module__}
+            "fairscale": any(c.__module__.startswith("fairscale.") for c in type(model).__mro__)}
 
 
 def wrapped_fsdp(rank: int) -> dict[str, Any]:
@@ -134,6 +138,86 @@ def wrapped_fsdp(rank: int) -> dict[str, Any]:
     return {"losses": losses, "state": dict(model.state_dict()), "units": units}
 
 
+def fsdp_resume(rank: int, model_name: str) -> dict[str, Any]:
+    """fairscale's checkpoint flow: ``state_dict`` + ``gather_full_optim_state_dict`` after 2 steps,
+    then a fresh model (other weights) loads both, the optimizer through
+    ``get_shard_from_optim_state_dict``, and trains 2 more steps."""
+    from shardcompat.fairscale import FullyShardedDataParallel
+
+    def build(seed: int) -> tuple[Any, torch.optim.Optimizer]:
+        model = FullyShardedDataParallel(build_model(model_name, seed))
+        return model, torch.optim.Adam(model.parameters(), lr=1e-2)
+
+    def train(model: Any, optim: torch.optim.Optimizer, steps: range) -> list[float]:
+        losses = []
+        for step in steps:
+            optim.zero_grad()
+            sample, label = batch(model_name, rank, step)
+            loss = loss_fn(model_name, model(sample), label)
+            loss.backward()
+            optim.step()
+            losses.append(_mean(loss))
+        return losses
+
+    model, optim = build(0)
+    head = train(model, optim, range(2))
+    weights = {k: v.clone() for k, v in model.state_dict().items()}
+    full = [model.gather_full_optim_state_dict(optim)]  # on rank 0 only, as fairscale documents
+    dist.broadcast_object_list(full, src=0)  # every rank loads the checkpoint file
+    tail = train(model, optim, range(2, STEPS))
+    again, again_optim = build(1)
+    again.load_state_dict(weights)
+    again_optim.load_state_dict(again.get_shard_from_optim_state_dict(full[0]))
+    return {"losses": head + tail, "resumed": head + train(again, again_optim, range(2, STEPS)),
+            "state": dict(model.state_dict()), "resumed_state": dict(again.state_dict())}
+
+
+INF_STEP = 1  # the fp16 loops overflow at this step, on one rank's shard
+
+
+def ddp_fp16(rank: int, model_name: str) -> dict[str, Any]:
+    """The reference for fp16: DDP, autocast and torch's plain ``GradScaler``.  DDP's all-reduce
+    spreads an overflow to every rank, so every rank's gradients get the inf."""
+    my_module = build_model(model_name)
+    model = nn.parallel.DistributedDataParallel(my_module)
+    scaler = torch.amp.GradScaler("cpu")
+    return _fp16_loop(rank, model_name, model, SGD(model.parameters()), scaler, my_module, overflow_on=None)
+
+
+def oss_sdp_fp16(rank: int, model_name: str) -> dict[str, Any]:
+    """fairscale's fp16 recipe: ShardedDDP + OSS + ``ShardedGradScaler`` under autocast.
+
+    Each rank holds only its shard's gradients, so the overflow (put into rank 0's shard) is
+    seen by rank 0 alone: only a scaler that all-reduces ``found_inf`` skips the step on every
+    rank, as DDP does; a plain ``GradScaler`` lets rank 1 step its shard."""
+    from shardcompat.fairscale import OSS, ShardedDataParallel, ShardedGradScaler
+
+    base = build_model(model_name)
+    optimizer = OSS(params=base.parameters(), optim=torch.optim.SGD, lr=0.05, momentum=0.9)
+    model = ShardedDataParallel(base, optimizer)
+    return _fp16_loop(rank, model_name, model, optimizer, ShardedGradScaler(), base, overflow_on=0)
+
+
+def _fp16_loop(rank: int, model_name: str, model: Any, optimizer: Any, scaler: Any, base: nn.Module,
+               overflow_on: int | None) -> dict[str, Any]:
+    losses, scales = [], []
+    for step in range(STEPS):
+        model.zero_grad()
+        data, target = batch(model_name, rank, step)
+        with torch.autocast("cpu", dtype=torch.float16):
+            out = model(data)
+        loss = loss_fn(model_name, out, target)
+        scaler.scale(loss).backward()
+        if step == INF_STEP and overflow_on in (None, rank):
+            held = next(p for p in base.parameters() if p.grad is not None)
+            held.grad.view(-1)[0] = float("inf")  # an fp16 overflow in this rank's gradients
+        scaler.step(optimizer)
+        scaler.update()
+        losses.append(_mean(loss))
+        scales.append(float(scaler.get_scale()))
+    return {"losses": losses, "state": _state(base), "scales": scales, "scaler": type(scaler).__name__, "norms": []}
+
+
 class nullcontext:
     def __enter__(self) -> None:
         return None
@@ -151,6 +235,8 @@ SDP_CASES: dict[str, tuple[Any, dict[str, Any]]] = {
     "sdp-mlp-optimizer-zero-grad": (oss_sdp, {"model_name": "mlp", "optimizer_zero_grad": True}),
     "sdp-blocks-no-bucket": (oss_sdp, {"model_name": "blocks", "reduce_buffer_size": 0}),
     "sdp-mlp-clip": (oss_sdp, {"model_name": "mlp", "clip": 0.05}),
+    "ddp-blocks-fp16": (ddp_fp16, {"model_name": "blocks"}),
+    "sdp-blocks-fp16": (oss_sdp_fp16, {"model_name": "blocks"}),
 }
 FSDP_CASES: dict[str, tuple[Any, dict[str, Any]]] = {
     "ddp-mlp-adam": (ddp, {"model_name": "mlp", "optim": "adam"}),
@@ -164,6 +250,7 @@ FSDP_CASES: dict[str, tuple[Any, dict[str, Any]]] = {
     "fsdp-mlp-clip": (fsdp, {"model_name": "mlp", "clip": 0.05}),
     "fsdp-mlp-acc": (fsdp, {"model_name": "mlp", "accumulate": 2}),
     "wrapped-blocks": (wrapped_fsdp, {}),
+    "fsdp-blocks-resume": (fsdp_resume, {"model_name": "blocks"}),
 }
 
 

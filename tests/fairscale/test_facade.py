@@ -35,6 +35,7 @@ PARITY = {
     "fsdp-mlp-clip": "ddp-mlp-adam-clip",
     "fsdp-mlp-acc": "ddp-mlp-adam-acc",
     "wrapped-blocks": "ddp-blocks-adam",
+    "sdp-blocks-fp16": "ddp-blocks-fp16",
 }
 
 
@@ -88,6 +89,28 @@ def test_summon_full_params_shows_full_parameters(results: dict[str, Any]) -> No
 def test_gather_full_optim_state_dict_on_rank0(results: dict[str, Any]) -> None:
     n_params = len([k for k in _ok(results, "ddp-mlp-adam")["state"]])
     assert _ok(results, "fsdp-mlp")["optim_states"] == n_params
+
+
+def test_sharded_grad_scaler_skips_an_overflow_on_every_rank(results: dict[str, Any]) -> None:
+    """An inf in rank 0's shard only: every rank skips that step and backs off, as under DDP.
+
+    (With a plain ``GradScaler`` rank 0 skips while rank 1 steps and broadcasts: the ranks'
+    collectives no longer match and training hangs until the gloo timeout.)"""
+    got, want = _ok(results, "sdp-blocks-fp16"), _ok(results, "ddp-blocks-fp16")
+    assert got["scaler"].endswith("ShardedGradScaler"), got["scaler"]
+    assert got["scales"] == want["scales"], f"loss scales {got['scales']} vs DDP {want['scales']}"
+    inf_step = _scenarios.INF_STEP
+    assert want["scales"][inf_step] == want["scales"][0] / 2, "the overflow was not seen; the test proves nothing"
+
+
+def test_fsdp_checkpoint_round_trip_as_fairscale_documents(results: dict[str, Any]) -> None:
+    """``state_dict`` + ``gather_full_optim_state_dict`` -> fresh model + ``get_shard_from_optim_state_dict``:
+    the resumed run continues exactly like the uninterrupted one (FP32_TOL)."""
+    got = _ok(results, "fsdp-blocks-resume")
+    diff = max(abs(a - b) for a, b in zip(got["losses"], got["resumed"], strict=True))
+    assert diff <= FP32_TOL, f"resumed losses {got['resumed']} vs uninterrupted {got['losses']}"
+    assert max_diff(got["state"], got["resumed_state"]) <= FP32_TOL
+    assert got["losses"][-1] < got["losses"][0]
 
 
 def test_auto_wrap_really_wraps(results: dict[str, Any]) -> None:
@@ -158,6 +181,21 @@ def test_real_fairscale_serves_sharded_ddp_where_it_works(results: dict[str, Any
     oss_module, sdp_module = _ok(results, "sdp-mlp")["classes"]
     assert oss_module.startswith("fairscale.") and sdp_module == "shardcompat.fairscale._sdp"
     assert _select.choose("sdp").impl == "fairscale"
+
+
+@pytest.mark.fairscale
+def test_real_fairscale_serves_fsdp_where_it_works(results: dict[str, Any]) -> None:
+    """Where the fairscale-fsdp probe passes (on CPU: through the compatibility layer, as for
+    ``prepare``), the facade's FullyShardedDataParallel is fairscale's own class."""
+    probe = get_backend("fairscale-fsdp").probe()
+    if not probe:
+        pytest.skip(f"fairscale-fsdp unusable here: {probe.reason}")
+    if _select._setting() == "native":
+        pytest.skip(f"{_select.ENV}=native")
+    expected = torch.cuda.is_available() or probe.features["cpu_compat"]
+    assert _select.choose("fsdp").impl == ("fairscale" if expected else "native")
+    for case in ("fsdp-mlp", "fsdp-blocks", "fsdp-blocks-zero2-unflat"):
+        assert _ok(results, case)["fairscale"] is expected, case
 
 
 def test_sharded_ddp_refuses_an_optimizer_it_cannot_drive() -> None:
