@@ -54,6 +54,7 @@ BACKENDS = {
     "torch-fsdp1": "zero_dp_2",
     "torch-fsdp2": "zero_dp_3",
     "fairscale-sdp": "zero_dp_1",
+    "fairscale-fsdp": "zero_dp_3",  # on CPU through shardcompat's compatibility layer
 }
 
 
