@@ -2,8 +2,9 @@
 
     nox -s tests                 # the default suite (torch 2.13.0 CPU, no fairscale)
     nox -s lint                  # ruff + mypy on the packages
-    nox -s fairscale-0.4.13      # the suite with one fairscale version installed
+    nox -s "fairscale(0.4.13)"   # the fairscale part of the suite with one fairscale version
     nox -s matrix                # every torch x fairscale combination
+    nox -s reliability           # the long reliability suite (fuzzing, dying ranks)
     nox -s gpu                   # the gpu-marked tests, on a CUDA machine
     nox -s docs                  # the docs, warnings as errors
 
@@ -28,9 +29,11 @@ FAIRSCALE_VERSIONS = ["0.1.7", "0.3.0", "0.3.9", "0.4.0", "0.4.13"]
 FAIRSCALE_TESTS = [
     "tests/backends/test_fairscale_sdp.py",
     "tests/backends/test_fairscale_fsdp.py",
+    "tests/backends/test_fairscale_mixed_precision.py",
     "tests/fairscale",
     "tests/test_checkpoint.py",
     "tests/test_cli.py",
+    "tests/test_failures.py",
     "-q",
 ]
 
@@ -74,6 +77,13 @@ def matrix(session: nox.Session, torch: str, fairscale: str | None) -> None:
     """Every torch x fairscale combination, the whole suite each."""
     _install(session, torch=torch, fairscale=fairscale)
     _pytest(session)
+
+
+@nox.session
+def reliability(session: nox.Session) -> None:
+    """The long reliability suite: grammar fuzz, dying ranks, migrate over torch's and fairscale's sources."""
+    _install(session, fairscale=FAIRSCALE_VERSIONS[-1])  # fairscale's files join the migrate corpus
+    session.run("python", "-m", "pytest", "-m", "reliability", *(session.posargs or ["tests/reliability"]))
 
 
 @nox.session

@@ -129,6 +129,21 @@ def test_fairscale_fsdp_without_cuda_explains() -> None:
         assert any("CPU" in note or "compat" in note for note in plan.notes), plan.explain()
 
 
+def test_fairscale_fsdp_the_cpu_layer_does_not_fit_is_refused_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A release the CPU layer does not fit (none of 0.3.0-0.4.13 is one, so simulated by
+    making the layer's own check say no): refused on CPU, naming CUDA and the native backends."""
+    from shardcompat.backends import _fairscale_cpu
+
+    probe = get("fairscale-fsdp").probe()
+    if not probe:
+        pytest.skip(f"fairscale-fsdp unusable here: {probe.reason}")
+    monkeypatch.setattr(_fairscale_cpu, "supported", lambda module: False)
+    with pytest.raises(NoBackendAvailable) as info:
+        resolve(parse_options("zero_dp_3"), "fairscale-fsdp", CPU2)
+    message = str(info.value)
+    assert "FSDP needs CUDA" in message and "run on a GPU" in message and "torch-fsdp2 on CPU" in message, message
+
+
 def test_optimizer_instance_is_refused_with_the_factory_form() -> None:
     model = build_model("mlp")
     with pytest.raises(PrepareError) as info:
