@@ -12,7 +12,7 @@ from .context import Settings, needles
 from .flags import Rewrite
 from .report import Edit, FileReport, Finding
 from .spans import LineIndex, SpanEdit, apply_spans, decode, drop_marked, file_skipped, marker_lines
-from .text import PythonHook
+from .text import NOT_PARSED, PythonHook
 
 __all__ = ["Job", "process_file", "python_hook"]
 
@@ -49,7 +49,7 @@ def python_hook(settings: Settings) -> PythonHook:
         try:
             outcome = migrate_python(code, settings, _commands(settings))
         except libcst.ParserSyntaxError as error:
-            return Rewrite(issues=[Issue(0, "not-parsed", f"Python snippet does not parse "
+            return Rewrite(issues=[Issue(0, NOT_PARSED, f"Python snippet does not parse "
                                          f"({str(error).splitlines()[0]}); left as is", line=first_line)])
         shift = first_line - 1
         result = Rewrite(issues=[Issue(0, w.rule, w.message, w.hint, w.line + shift) for w in outcome.warnings])

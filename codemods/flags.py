@@ -64,6 +64,7 @@ HINTS = {
     "or '' (off), not a bool",
     "fsdp-manual": "translate by hand: --fsdp takes the words, --fsdp_config the settings",
     "comparison": "compare the parsed options instead: bool(shardcompat.parse_options(x.sharded_ddp))",
+    "argv-layout": "edit this argv list by hand, as the argv rules say (e.g. add a 'simple' element)",
 }
 _FLAG_RE = re.compile(r"(?<![\w-])--sharded_ddp(?![\w-])")
 _BLANK = re.compile(r"(?:[ \t]|\\\r?\n)*")
