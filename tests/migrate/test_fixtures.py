@@ -57,4 +57,17 @@ def test_notebook_outputs_untouched() -> None:
     assert [c.get("outputs") for c in before["cells"]] == [c.get("outputs") for c in after["cells"]]
     assert before["metadata"] == after["metadata"]
     assert before["cells"][0] == after["cells"][0]  # markdown cell: prose
-    assert after["cells"][4] == before["cells"][4]  # an unknown cell magic is left alone
+    assert after["cells"][4] == before["cells"][4]  # %%time: Python; a string that is only the flag stays
+
+
+def test_notebook_magics_left_alone_are_byte_identical() -> None:
+    case = next(c for c in CASES if c.name == "notebook_magics")
+    before, after = (json.loads(p.read_text(encoding="utf-8")) for p in (case.before, case.after))
+    assert [c.get("outputs") for c in before["cells"]] == [c.get("outputs") for c in after["cells"]]
+    unread = [i for i, c in enumerate(before["cells"])
+              if c["source"][0].startswith(("%%html", "%%script perl", "%%writefile args.txt"))
+              or "if ok else" in c["source"][0]]
+    assert len(unread) == 4
+    assert all(after["cells"][i] == before["cells"][i] for i in unread)
+    changed = [i for i, (b, a) in enumerate(zip(before["cells"], after["cells"])) if a != b]
+    assert changed == [1, 2, 3, 4, 5, 6, 7]  # !, %run, %time lines; %%script bash|sh; %%capture; %%time; %%timeit
