@@ -20,13 +20,15 @@ import pytest
 pytestmark = pytest.mark.reliability
 
 INJECT_EVERY = 25  # one file in 25 gets a legacy usage (~90 of torch's ~2300 files)
-_LEGACY = [  # must be rewritten
-    'args = TrainingArguments(output_dir="out", sharded_ddp=True)\n',
-    'args = TrainingArguments(sharded_ddp=False, output_dir="out")\n',
-    'argv = ["train.py", "--sharded_ddp", "--fp16"]\n',
-    'parsed = parser.parse_args(["--sharded_ddp"])\n',
-    'cmd = "python run.py --sharded_ddp --fp16"\n',
-]
+_LEGACY = {  # must be rewritten, to exactly this
+    'args = TrainingArguments(output_dir="out", sharded_ddp=True)\n':
+        'args = TrainingArguments(output_dir="out", sharded_ddp="simple")\n',
+    'args = TrainingArguments(sharded_ddp=False, output_dir="out")\n':
+        'args = TrainingArguments(sharded_ddp="", output_dir="out")\n',
+    'argv = ["train.py", "--sharded_ddp", "--fp16"]\n': 'argv = ["train.py", "--sharded_ddp", "simple", "--fp16"]\n',
+    'parsed = parser.parse_args(["--sharded_ddp"])\n': 'parsed = parser.parse_args(["--sharded_ddp", "simple"])\n',
+    'cmd = "python run.py --sharded_ddp --fp16"\n': 'cmd = "python run.py --sharded_ddp simple --fp16"\n',
+}
 _MODERN = [  # usages already in the current spelling: must not change by a byte
     'args = TrainingArguments(output_dir="out", sharded_ddp="zero_dp_2 offload")\n',
     'argv = ["--sharded_ddp", "zero_dp_3", "--output_dir", "o"]\n',
@@ -56,38 +58,44 @@ def _digest(path: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, set[Path], dict[Path, str]]:
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, set[Path], dict[Path, str], dict[Path, bytes]]:
     _main()
     root = tmp_path_factory.mktemp("corpus")
     rng = random.Random(20240601)
     injected: set[Path] = set()  # files given at least one legacy usage
+    expected: dict[Path, bytes] = {}  # every injected file (legacy or modern only): its exact bytes after
     for package in _packages():
         for source in sorted(package.rglob("*.py")):
             target = root / package.name / source.relative_to(package)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, target)
-            if rng.randrange(INJECT_EVERY) == 0 and _inject(target, rng):
-                injected.add(target)
+            if rng.randrange(INJECT_EVERY) == 0:
+                legacy, expected[target] = _inject(target, rng)
+                if legacy:
+                    injected.add(target)
     before = {p: _digest(p) for p in root.rglob("*.py")}
     assert len(before) > 1000, f"the corpus is too small to mean much ({len(before)} files)"
-    return root, injected, before
+    return root, injected, before, expected
 
 
-def _inject(path: Path, rng: random.Random) -> bool:
-    """Append two usages in a function of their own after the file's code; True if one is legacy.
+def _inject(path: Path, rng: random.Random) -> tuple[bool, bytes]:
+    """Append two usages in a function of their own after the file's code.
 
-    One injected file in three gets modern usages only, which must stay byte-identical.
+    Returns whether one is legacy, and the bytes the migration must leave: the file's own code
+    as it was, each legacy usage rewritten exactly, each modern one unchanged.  One injected file
+    in three gets modern usages only, which must stay byte-identical.
     """
     text = path.read_text(encoding="utf-8", errors="surrogateescape")
     legacy = rng.randrange(3) != 0
-    lines = [rng.choice(_LEGACY), rng.choice(_MODERN)] if legacy else rng.sample(_MODERN, 2)
-    body = "".join("    " + line for line in lines)
+    lines = [rng.choice(list(_LEGACY)), rng.choice(_MODERN)] if legacy else rng.sample(_MODERN, 2)
     sep = "" if text.endswith("\n") or not text else "\n"
-    path.write_text(
-        f"{text}{sep}\n\ndef _shardcompat_injected():\n{body}    return locals()\n",
-        encoding="utf-8", errors="surrogateescape",
-    )
-    return legacy
+
+    def source(usages: list[str]) -> str:
+        body = "".join("    " + line for line in usages)
+        return f"{text}{sep}\n\ndef _shardcompat_injected():\n{body}    return locals()\n"
+
+    path.write_text(source(lines), encoding="utf-8", errors="surrogateescape")
+    return legacy, source([_LEGACY.get(line, line) for line in lines]).encode("utf-8", "surrogateescape")
 
 
 def _run(root: Path, *flags: str) -> tuple[int, dict[str, Any]]:
@@ -99,7 +107,7 @@ def _run(root: Path, *flags: str) -> tuple[int, dict[str, Any]]:
 
 @pytest.mark.timeout(1800)  # libcst over ~90 large torch files, twice, on a small machine
 def test_migrate_touches_only_usages_and_is_idempotent(corpus: Any) -> None:
-    root, injected, before = corpus
+    root, injected, before, expected = corpus
     parse_before = {p for p in injected if _parses(p)}
     code, report = _run(root, "--write")
     assert code == 0, f"exit code {code}: {[f for f in report['files'] if f['error']][:5]}"
@@ -111,11 +119,10 @@ def test_migrate_touches_only_usages_and_is_idempotent(corpus: Any) -> None:
     assert not missed, f"{len(missed)} injected files were not rewritten, e.g. {missed[:5]}"
     broken = [str(p) for p in changed if p in parse_before and not _parses(p)]
     assert not broken, f"rewritten files no longer parse: {broken[:10]}"
-    leftover = [
-        str(p) for p in changed
-        if any(s.strip() in p.read_text(errors="replace") for s in _LEGACY)
-    ]
-    assert not leftover, f"legacy keyword left behind in {leftover[:5]}"
+    # Exact, not just "changed": the modern usage next to a legacy one and the file's own code
+    # must survive byte for byte, and the legacy usage must become exactly its rewrite.
+    wrong = [str(p) for p in expected if p.read_bytes() != expected[p]]
+    assert not wrong, f"{len(wrong)} injected files differ from their expected rewrite, e.g. {wrong[:5]}"
 
     code, again = _run(root, "--check")
     assert code == 0 and again["changed"] == 0, f"a second run wants to change {again['changed']} files"
