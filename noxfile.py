@@ -42,9 +42,10 @@ def _install(session: nox.Session, torch: str = DEFAULT_TORCH, fairscale: str | 
     session.install(f"torch=={torch}")
     session.install("-e", ".[test]")
     if fairscale:
-        # fairscale builds from source against the installed torch; before 0.4 it uses numpy
-        # without declaring it.
-        session.install("setuptools<70", "wheel", "numpy")
+        # fairscale builds from source against the installed torch (no build isolation, which
+        # would fetch another torch); before 0.4 it uses numpy without declaring it.  Every
+        # release builds with the setuptools torch itself needs (>= 77 for torch 2.13/2.14).
+        session.install("setuptools", "wheel", "numpy")
         session.install("--no-build-isolation", f"fairscale=={fairscale}")
 
 

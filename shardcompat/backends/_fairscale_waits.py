@@ -3,11 +3,12 @@
 fairscale before 0.3.7 starts one async broadcast (or all-reduce) per bucket and waits on
 the last handle only, "since they're all inlined on the same CUDA stream":
 ``OSS._broadcast_params`` after each step, ``ShardedDataParallel.sync_buffers`` and
-``_sync_params_and_buffers``, ``ShardedGradScaler.unscale_``.  On NCCL that holds.  gloo runs
+``_sync_params_and_buffers``; ``ShardedGradScaler.unscale_`` does it in every release (one
+all-reduce per device).  On NCCL that holds.  gloo runs
 collectives on a pool of threads, so an earlier broadcast may still be writing a bucket while
 the next forward reads it: ranks drift apart at random (seen with fairscale 0.3.0 on torch
 2.13: 2e-2 on a small MLP after 4 steps, in about one run of three).  fairscale 0.3.7
-itself switched to waiting on every handle.
+itself switched OSS and ShardedDDP to waiting on every handle.
 
 :func:`wait_for_every_collective` finds the functions that keep only a last handle (by the
 variable names in their code, so nothing depends on a version number) and gives their
