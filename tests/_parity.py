@@ -302,3 +302,31 @@ def case_id(case: Case) -> str:
 
 BF16_TOL = 5e-2  # bf16 (8-bit mantissa) against fp32 DDP over STEPS steps: loose, but it must differ
 FP16_TOL = 1e-2  # fp16 (11-bit mantissa) with a grad scaler against fp32 DDP
+
+
+def state_phases(backend: str, options: str, rank: int) -> dict[str, dict[str, float]]:
+    """``Prepared.local_tensors()`` counted (unique storages) after forward, backward and the
+    optimizer step of a second step on the BlockModel with AdamW, in units of 4Ψ."""
+    import shardcompat
+    from shardcompat.memory import count_state
+
+    torch.manual_seed(0)
+    model = BlockModel()
+    full = 4 * sum(p.numel() for p in model.parameters())
+    prepared = shardcompat.prepare(model, lambda ps: torch.optim.AdamW(ps, lr=1e-3), options, backend=backend)
+    seen: dict[str, dict[str, float]] = {}
+
+    def snap(phase: str) -> None:
+        state = count_state(prepared.local_tensors())
+        seen[phase] = {"params": state.params / full, "grads": state.grads / full, "optim": state.optim / full}
+
+    for step in range(2):
+        tokens = torch.randint(0, VOCAB, (4, 8), generator=torch.Generator().manual_seed(10 * step + rank))
+        loss = prepared(tokens).float().pow(2).mean()
+        snap("forward")
+        prepared.backward(loss)
+        snap("backward")
+        prepared.step()
+        snap("step")
+        prepared.zero_grad()
+    return seen

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import torch
@@ -143,6 +143,13 @@ class FairscaleFsdp:
                 raise UnsupportedOptions(self.name, options, f"fairscale {version} has no fairscale.nn.wrap",
                                          "upgrade to fairscale>=0.3.1")
             notes.append(f"auto_wrap: wrap {describe_rule(options)} via fairscale.nn.wrap.auto_wrap")
+        elif options.stage is Stage.ZERO_DP_3:
+            notes.append("without auto_wrap the whole model is the root unit, whose full parameters stay "
+                         "gathered from forward until backward (fairscale's disable_reshard_on_root=True); "
+                         "add auto_wrap to gather one block at a time")
+        bucket = kwargs.get("bucket_cap_mb", 25)
+        notes.append(f"gradient shards are views of the reduce-scatter bucket (bucket_cap_mb={bucket}, "
+                     "1/N of it per rank) and keep it alive: a model smaller than that pays for all of it")
         if not placement.cuda:
             notes.append("CPU: runs through shardcompat's fairscale CPU compatibility layer (no-op streams)")
         call = "FullyShardedDataParallel(model, " + ", ".join(f"{k}={v}" for k, v in kwargs.items()) + ")"
@@ -198,6 +205,30 @@ class FairscaleFsdpPrepared(Prepared):
         self._names = list(shapes)  # the original parameters, in model order
         self._shapes = shapes
         self._owner: dict[str, int] | None = None
+
+    def local_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Each flat parameter and the shard, fp16 and full buffers fairscale keeps on it.
+
+        Between forward and backward (``reshard_after_forward=False``, and the root unit,
+        whose reshard fairscale disables) the all-gathered ``_full_param_padded`` is held
+        while ``p.data`` may point back at the shard: both count.  A gradient shard is a view
+        of the reduce-scatter bucket's output (``bucket_cap_mb``) and keeps all of it alive,
+        which is what is counted.  Freed buffers have size 0 and count nothing.
+        """
+        params = list(self.model.parameters())
+        for param in params:
+            yield "param", param
+            for name in ("_fp32_shard", "_fp16_shard", "_full_param_padded"):
+                buffer = getattr(param, name, None)
+                if isinstance(buffer, torch.Tensor):
+                    yield "param", buffer
+        for param in params:
+            for grad in (param.grad, getattr(param, "_saved_grad_shard", None), getattr(param, "_cpu_grad", None)):
+                if isinstance(grad, torch.Tensor):
+                    yield "grad", grad
+        for kind, tensor in super().local_tensors():
+            if kind == "optim":
+                yield kind, tensor
 
     def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
         # Not FSDP.clip_grad_norm_: it moves the norm to CUDA.  Gradients are disjoint shards.

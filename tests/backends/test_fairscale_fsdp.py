@@ -24,6 +24,7 @@ from tests._parity import (
     build_model,
     case_id,
     matrix,
+    state_phases,
 )
 
 BACKEND = "fairscale-fsdp"
@@ -72,7 +73,8 @@ def _units(rank: int) -> dict[str, int]:
 
 def _job(rank: int, world_size: int, cases: list[Case]) -> dict[str, Any]:
     every = list(dict.fromkeys(c for case in cases for c in (case.reference, case)))
-    return {"cases": dict(zip(every, _run_cases(rank, world_size, every))), "units": _units(rank)}
+    return {"cases": dict(zip(every, _run_cases(rank, world_size, every))), "units": _units(rank),
+            "phases": {o: state_phases(BACKEND, o, rank) for o in ("zero_dp_2", "zero_dp_3")}}
 
 
 @functools.cache
@@ -106,6 +108,21 @@ def test_auto_wrap_really_wraps() -> None:
     # out_proj is a Linear subclass, and wrap= names classes exactly).
     assert units["zero_dp_3 auto_wrap wrap=Block,Linear"] == 1 + 2 + 4 + 1
     assert units["zero_dp_3 auto_wrap min_num_params=300"] > 1 + 2
+
+
+@needs_fairscale
+@cpu_or_gpu
+def test_local_tensors_count_what_fairscale_holds() -> None:
+    """The memory report's view: between forward and backward the all-gathered parameters
+    (1 x 4Ψ) are held next to the shard (1/2), under zero_dp_2 and, for the root unit whose
+    reshard fairscale disables, under zero_dp_3 too; after backward only the shard is."""
+    pad = 0.02
+    for options in ("zero_dp_2", "zero_dp_3"):
+        got = _results()["phases"][options]
+        assert abs(got["forward"]["params"] - 1.5) <= pad * 1.5, (options, got)
+        assert abs(got["backward"]["params"] - 0.5) <= pad, (options, got)
+        assert got["backward"]["grads"] >= 0.5 - pad, (options, got)  # a view of the reduce-scatter bucket
+        assert abs(got["step"]["optim"] - 1.0) <= pad, (options, got)  # Adam's two moments, half each
 
 
 @needs_fairscale

@@ -11,10 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import torch
 
 from shardcompat.launch import spawn
-from tests._parity import VOCAB, BlockModel
+from tests._parity import state_phases
 
 PAD_TOL = 0.02
 PHASES = ("forward", "backward", "step")
@@ -27,32 +26,7 @@ CASES = [
 
 
 def _phases(rank: int, world: int) -> dict[tuple[str, str], dict[str, dict[str, float]]]:
-    import shardcompat
-    from shardcompat.memory import count_state
-
-    out = {}
-    for backend, options in CASES:
-        torch.manual_seed(0)
-        model = BlockModel()
-        full = 4 * sum(p.numel() for p in model.parameters())
-        prepared = shardcompat.prepare(model, lambda ps: torch.optim.AdamW(ps, lr=1e-3), options, backend=backend)
-        seen: dict[str, dict[str, float]] = {}
-
-        def snap(phase: str, p: Any = prepared, full: int = full, seen: dict[str, Any] = seen) -> None:
-            state = count_state(p.local_tensors())
-            seen[phase] = {"params": state.params / full, "grads": state.grads / full, "optim": state.optim / full}
-
-        for step in range(2):
-            tokens = torch.randint(0, VOCAB, (4, 8), generator=torch.Generator().manual_seed(10 * step + rank))
-            loss = prepared(tokens).float().pow(2).mean()
-            snap("forward")
-            prepared.backward(loss)
-            snap("backward")
-            prepared.step()
-            snap("step")
-            prepared.zero_grad()
-        out[(backend, options)] = seen
-    return out
+    return {(backend, options): state_phases(backend, options, rank) for backend, options in CASES}
 
 
 @pytest.fixture(scope="module")
