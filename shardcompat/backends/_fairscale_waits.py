@@ -19,6 +19,7 @@ name of ``torch.distributed`` is passed through.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 from types import ModuleType
@@ -65,10 +66,12 @@ def last_handle_only(module: ModuleType, cls: str, method: str) -> bool:
     return code is not None and bool(_LAST_HANDLE & set(code.co_varnames))
 
 
-def wait_for_every_collective() -> list[str]:
+@functools.cache
+def wait_for_every_collective() -> tuple[str, ...]:
     """Fix the modules of this fairscale release that need it; the ``class.method`` names fixed.
 
-    Idempotent; modules that do not exist in this release, or do not need it, are left alone.
+    Once per process (every probe asks); modules that do not exist in this release, or do
+    not need it, are left alone.
     """
     fixed = []
     for module_name, cls, method in SITES:
@@ -82,4 +85,4 @@ def wait_for_every_collective() -> list[str]:
         if not isinstance(real, _WaitingDist):
             module.dist = _WaitingDist(real)  # type: ignore[attr-defined]
         fixed.append(f"{cls}.{method}")
-    return fixed
+    return tuple(fixed)

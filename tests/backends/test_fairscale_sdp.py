@@ -89,22 +89,27 @@ def _raw_sharded_ddp(rank: int, model_name: str, optim: str) -> Result:
 REPEATS = 6  # fairscale < 0.3.7's gloo broadcast race showed in about one run of three
 
 
-def _repeats(rank: int) -> dict[str, list[dict[str, torch.Tensor]]]:
-    """The same short training ``REPEATS`` times: this rank's whole parameters after each."""
+def _trained(rank: int, options: str, steps: range, load: dict[str, Any] | None = None) -> Any:
+    """fairscale-sdp on the MLP with AdamW over ``steps``, from ``load`` (model, optim) if given."""
     import shardcompat
 
-    finals: dict[str, list[dict[str, torch.Tensor]]] = {}
-    for opts in ("simple", "zero_dp_1"):
-        finals[opts] = []
-        for _ in range(REPEATS):
-            prepared = shardcompat.prepare(build_model("mlp"), OPTIMIZERS["adamw"], opts, backend=BACKEND)
-            for step in range(4):
-                x, y = batch("mlp", rank, step)
-                prepared.backward(loss_fn("mlp", prepared(x), y))
-                prepared.step()
-                prepared.zero_grad()
-            finals[opts].append({k: v.detach().clone() for k, v in prepared.module.state_dict().items()})
-    return finals
+    prepared = shardcompat.prepare(build_model("mlp"), OPTIMIZERS["adamw"], options, backend=BACKEND)
+    if load is not None:
+        prepared.load_full_state_dict(load["model"])
+        prepared.load_optimizer_state_dict(load["optim"])
+    for step in steps:
+        x, y = batch("mlp", rank, step)
+        prepared.backward(loss_fn("mlp", prepared(x), y))
+        prepared.step()
+        prepared.zero_grad()
+    return prepared
+
+
+def _repeats(rank: int) -> dict[str, list[dict[str, torch.Tensor]]]:
+    """The same short training ``REPEATS`` times: this rank's whole parameters after each."""
+    return {opts: [{k: v.detach().clone() for k, v in _trained(rank, opts, range(4)).module.state_dict().items()}
+                   for _ in range(REPEATS)]
+            for opts in ("simple", "zero_dp_1")}
 
 
 def _job(rank: int, world_size: int, cases: list[Case]) -> dict[str, Any]:
@@ -116,28 +121,14 @@ def _job(rank: int, world_size: int, cases: list[Case]) -> dict[str, Any]:
 
 def _state_roundtrip(rank: int) -> dict[str, Any]:
     """Consolidated optimizer state: name-keyed, complete, and loadable into a fresh run."""
-    import shardcompat
-
-    def run(steps: range, load: dict[str, Any] | None = None) -> Any:
-        prepared = shardcompat.prepare(build_model("mlp"), OPTIMIZERS["adamw"], "simple", backend=BACKEND)
-        if load is not None:
-            prepared.load_full_state_dict(load["model"])
-            prepared.load_optimizer_state_dict(load["optim"])
-        for step in steps:
-            x, y = batch("mlp", rank, step)
-            prepared.backward(loss_fn("mlp", prepared(x), y))
-            prepared.step()
-            prepared.zero_grad()
-        return prepared
-
-    first = run(range(2))
+    first = _trained(rank, "simple", range(2))
     saved = {
         "model": {k: v.clone() for k, v in first.module.state_dict().items()},
         "optim": first.optimizer_state_dict(rank0_only=False),
     }
     rank0 = first.optimizer_state_dict()
-    resumed = run(range(2, 4), saved)  # the last 2 steps, from the saved state
-    straight = run(range(4))
+    resumed = _trained(rank, "simple", range(2, 4), saved)  # the last 2 steps, from the saved state
+    straight = _trained(rank, "simple", range(4))
     return {
         "names": sorted(saved["optim"]["state"]),
         "model_names": sorted(n for n, _ in first.module.named_parameters()),
