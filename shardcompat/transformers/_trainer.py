@@ -11,6 +11,7 @@ checkpoints are the project's portable ones, so a run resumes on another backend
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import logging
@@ -157,8 +158,12 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
         device = self.args.device
         ensure_group(device)
         module: nn.Module = self.model
+        from ..checkpoint_common import restore_rng, rng_state
+
+        randomness = rng_state()  # wrapping must not move the random stream (dropout) the run sees
         prepared = prepare(module, self._optimizer_factory(module), self._sharding, backend=self._sharding_backend,
                            device=device if device.type == "cuda" else "cpu")  # Accelerate says cpu:0
+        restore_rng(randomness)
         self._check_parameter_groups(module, prepared)
         if hasattr(module, "generate"):
             _generate_on_shards(prepared)
@@ -292,7 +297,15 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
         output_dir = output_dir if output_dir is not None else self.args.output_dir
         state = self.prepared.full_state_dict()  # collective; {} on ranks other than 0
         if self.args.should_save:
-            self._save(output_dir, state_dict=state)
+            model = self.model
+            if next(iter(model.parameters()), None) is None:
+                # The backend flattened the parameters into its wrapper (fairscale FSDP), and
+                # save_pretrained reads the dtype from them: save through an empty twin.
+                self.model = _empty_twin(model)
+            try:
+                self._save(output_dir, state_dict=state)
+            finally:
+                self.model = model
         if _internal_call:
             extra = {"scaler": self.prepared.scaler.state_dict()} if self.prepared.scaler is not None else {}
             self.prepared.save_checkpoint(
@@ -369,6 +382,15 @@ def _generate_on_shards(prepared: Prepared) -> None:
                 return generate(*args, **kwargs)
 
         module.generate = generate_with_full_parameters
+
+
+def _empty_twin(model: Any) -> Any:
+    """The same Transformers model class and configuration, parameters on the meta device."""
+    with torch.device("meta"):
+        twin = type(model)(copy.deepcopy(model.config))
+    if getattr(model, "generation_config", None) is not None:
+        twin.generation_config = model.generation_config
+    return twin
 
 
 def _refuse_constructor_arguments(given: dict[str, Any]) -> None:

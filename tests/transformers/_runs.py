@@ -35,14 +35,17 @@ class Case:
     sharded_ddp: str | None = None
     backend: str = "auto"
     bf16: bool = False
+    fp16: bool = False  # CUDA only
     save_steps: int | None = None  # write checkpoint-N every N steps (and save_model at the end)
     resume: str | None = None  # resume from checkpoint-2 of the case with this name
     weight_decay: float = 0.0
     measure: bool = False  # count the state each rank holds at the second optimizer step
+    dropout: bool = True  # GPT-2's dropout (T5 has none)
 
     @property
     def reference(self) -> str:
-        return f"ddp-{self.model}{'-bf16' if self.bf16 else ''}"
+        precision = "-bf16" if self.bf16 else "-fp16" if self.fp16 else ""
+        return f"ddp-{self.model}{precision}{'' if self.dropout else '-no-dropout'}"
 
 
 @dataclass
@@ -58,17 +61,19 @@ class Outcome:
     state: dict[str, Any] = field(default_factory=dict)  # per phase: {"params", "grads", "optim"} bytes
     psi: int = 0  # the model's parameter bytes (tied weights once)
     manifest: dict[str, Any] = field(default_factory=dict)  # checkpoint-2's portable manifest
+    scaler: str = ""  # the grad scaler Accelerate's backward and step use, and whether it is the backend's
     error: str | None = None
 
 
-def build_model(kind: str) -> torch.nn.Module:
+def build_model(kind: str, dropout: bool = True) -> torch.nn.Module:
     import transformers
 
     torch.manual_seed(0)
     if kind == "gpt2":
+        p = 0.1 if dropout else 0.0
         config = transformers.GPT2Config(
             vocab_size=VOCAB, n_positions=16, n_embd=32, n_layer=2, n_head=2,
-            resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1, bos_token_id=0, eos_token_id=1,
+            resid_pdrop=p, embd_pdrop=p, attn_pdrop=p, bos_token_id=0, eos_token_id=1,
         )
         return transformers.GPT2LMHeadModel(config)
     config = transformers.T5Config(
@@ -108,12 +113,12 @@ def _arguments(case: Case, out: Path, stock: bool) -> Any:
         per_device_eval_batch_size=BATCH, gradient_accumulation_steps=ACCUMULATE, learning_rate=LR,
         weight_decay=case.weight_decay, logging_steps=1, seed=0, report_to="none", disable_tqdm=True,
         save_strategy="steps" if case.save_steps else "no", save_steps=case.save_steps or 500,
-        bf16=case.bf16,
+        bf16=case.bf16, fp16=case.fp16,
     )
     if seq2seq:
         kwargs.update(predict_with_generate=True, generation_max_length=SEQ - 2)
     if stock:
-        kwargs["use_cpu"] = True  # the release's own way to DDP on CPU
+        kwargs["use_cpu"] = not torch.cuda.is_available()  # the release's own way to DDP on CPU
     else:
         kwargs["sharded_ddp"] = case.sharded_ddp
     return cls(**kwargs)
@@ -196,7 +201,7 @@ def run(case: Case, root: Path) -> Outcome:
     out = root / case.name
     # 4.x TrainingArguments keep the mixed precision of an earlier instance in this variable.
     os.environ.pop("ACCELERATE_MIXED_PRECISION", None)
-    model = build_model(case.model)
+    model = build_model(case.model, case.dropout)
     psi = count_state(("param", p) for p in model.parameters()).params
     args = _arguments(case, out, stock)
     kwargs: dict[str, Any] = {"backend": case.backend} if not stock else {}
@@ -229,6 +234,8 @@ def run(case: Case, root: Path) -> Outcome:
     outcome.saved = str(out / "final")
     if not stock:
         outcome.backend = trainer.prepared.backend
+        scaler = trainer.accelerator.scaler
+        outcome.scaler = f"{type(scaler).__name__}{' (the backend’s)' if scaler is trainer.prepared.scaler else ''}"
         outcome.call = trainer.prepared.plan.call
         manifest = out / "checkpoint-2" / "shardcompat" / "manifest.json"
         if manifest.exists():
