@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         HfArgumentParser,
         Seq2SeqTrainingArguments,
         ShardedDDPArgumentError,
+        ShardedDDPList,
         TrainingArguments,
         sharding_options,
     )
@@ -37,6 +38,7 @@ __all__ = [
     "Seq2SeqTrainer",
     "Seq2SeqTrainingArguments",
     "ShardedDDPArgumentError",
+    "ShardedDDPList",
     "ShardedTrainerError",
     "Trainer",
     "TrainingArguments",
@@ -51,6 +53,7 @@ _LAZY = {
     "HfArgumentParser": "_arguments",
     "Seq2SeqTrainingArguments": "_arguments",
     "ShardedDDPArgumentError": "_arguments",
+    "ShardedDDPList": "_arguments",
     "TrainingArguments": "_arguments",
     "sharding_options": "_arguments",
     "dropins": "_dropin",

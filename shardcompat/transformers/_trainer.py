@@ -36,7 +36,9 @@ if TYPE_CHECKING:
 __all__ = ["Seq2SeqTrainer", "ShardedTrainerError", "Trainer"]
 
 _hf = load()
-logger = logging.getLogger(__name__)
+# Under the Trainer's own logger, so the plan shows where its "***** Running training *****"
+# does: at --log_level info on the main process.
+logger = logging.getLogger("transformers.shardcompat")
 
 # How each backend's Transformers model runs generate(), which calls the model outside the
 # wrapper's forward: as is (whole parameters on every rank), with FSDP2's hooks registered for

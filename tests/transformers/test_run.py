@@ -35,7 +35,7 @@ LAUNCHERS = {
 }
 RUNS = {
     "bare-flag": ("shardcompat-run", ["--sharded_ddp"]),
-    "zero_dp_3-offload": ("torchrun", ["--sharded_ddp", "zero_dp_3", "offload"]),
+    "zero_dp_3-offload": ("torchrun", ["--sharded_ddp", "zero_dp_3", "offload", "--log_level", "info"]),
 }
 if FULL:
     RUNS["one-process-zero_dp_2"] = ("one-process", ["--sharded_ddp", "zero_dp_2"])
@@ -82,6 +82,13 @@ def test_the_script_runs_to_completion_and_shards(runs: dict[str, dict[str, Any]
     assert [e["step"] for e in state["log_history"] if "loss" in e] == [1, 2, 3, 4]
     assert json.loads((out / "eval_results.json").read_text())["eval_loss"] > 0
     assert (out / "checkpoint-4" / "shardcompat" / "manifest.json").exists()
+
+
+@pytest.mark.timeout(1300)
+def test_the_plan_is_logged_with_the_trainers_own_messages(runs: dict[str, dict[str, Any]]) -> None:
+    output = runs["zero_dp_3-offload"]["output"]
+    assert "***** Running training *****" in output, output[-4000:]
+    assert "sharded_ddp 'zero_dp_3 offload' on torch-fsdp2: fully_shard(module" in output
 
 
 @pytest.mark.timeout(1300)
