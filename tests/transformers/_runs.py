@@ -199,8 +199,10 @@ def run(case: Case, root: Path) -> Outcome:
 
     stock = case.sharded_ddp is None
     out = root / case.name
-    # 4.x TrainingArguments keep the mixed precision of an earlier instance in this variable.
-    os.environ.pop("ACCELERATE_MIXED_PRECISION", None)
+    # TrainingArguments export their settings for Accelerate into the environment for good
+    # (4.x keeps an earlier instance's mixed precision there): every case starts clean.
+    for name in [n for n in os.environ if n.startswith(("ACCELERATE_", "FSDP_"))]:
+        del os.environ[name]
     model = build_model(case.model, case.dropout)
     psi = count_state(("param", p) for p in model.parameters()).params
     args = _arguments(case, out, stock)

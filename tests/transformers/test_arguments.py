@@ -26,6 +26,14 @@ from shardcompat.transformers._arguments import RELEASE_HAS_FIELD  # noqa: E402
 pytestmark = pytest.mark.timeout(120)
 
 
+@pytest.fixture(autouse=True)
+def _environment() -> Any:
+    """TrainingArguments export settings for Accelerate (ACCELERATE_DYNAMO_BACKEND with
+    --torch_compile, ACCELERATE_USE_FSDP, ...) for good: keep them out of the other tests."""
+    with mock.patch.dict(os.environ):
+        yield
+
+
 def _parse(argv: list[str], cls: Any = None) -> Any:
     parser = sct.HfArgumentParser(cls or sct.TrainingArguments)
     (args,) = parser.parse_args_into_dataclasses(["--output_dir", "out", "--report_to", "none", *argv])
@@ -134,8 +142,7 @@ def test_to_trainer_kwargs_is_the_fsdp_config_form_with_every_caveat_said() -> N
         kwargs = sct.to_trainer_kwargs("zero_dp_3 offload auto_wrap")
     assert kwargs == {"fsdp": True, "fsdp_config": {"version": 2, "reshard_after_forward": True, "cpu_offload": True,
                                                     "auto_wrap_policy": "TRANSFORMER_BASED_WRAP"}}
-    with mock.patch.dict(os.environ):  # 4.x TrainingArguments export ACCELERATE_USE_FSDP for good
-        args = transformers.TrainingArguments("out", report_to="none", **kwargs)  # the release takes them
+    args = transformers.TrainingArguments("out", report_to="none", **kwargs)  # the release takes them
     assert args.fsdp_config["cpu_offload"] is True
     with pytest.warns(UserWarning, match="shards only optimizer state"):
         assert sct.to_trainer_kwargs("simple")["fsdp_config"]["reshard_after_forward"] is False
