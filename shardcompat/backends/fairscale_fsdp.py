@@ -251,7 +251,7 @@ class FairscaleFsdpPrepared(Prepared):
             if kind == "optim":
                 yield kind, tensor
 
-    def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
+    def _clip_grad_norm(self, max_norm: float, norm_type: float) -> torch.Tensor:
         # Not FSDP.clip_grad_norm_: it moves the norm to CUDA.  Gradients are disjoint shards.
         return shard_clip_grad_norm_(self.model.parameters(), max_norm, norm_type, self.placement.process_group)
 
