@@ -188,7 +188,10 @@ class FairscaleFsdp:
         if "compute_device" in kwargs:
             kwargs["compute_device"] = torch.device(placement.device)
         kwargs["process_group"] = placement.process_group
-        model.to(placement.device)
+        # Offload keeps the fp32 shards in (pinned) host memory and asserts they start there;
+        # fairscale moves what it computes with to compute_device itself.
+        offload = kwargs.get("move_params_to_cpu") or kwargs.get("cpu_offload")
+        model.to("cpu" if offload else placement.device)
         shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}  # before flattening
         with contextlib.nullcontext() if placement.cuda else _fairscale_cpu.cpu_compat(module):
             try:
