@@ -113,6 +113,7 @@ def peak_rss() -> int:
 # stage: (held whole on every rank, divided among the N ranks).
 _ZERO_MODEL = {0: (16, 0), 1: (8, 8), 2: (4, 12), 3: (0, 16)}
 TOLERANCE = 0.05  # a run within 5% of the model is on it
+_FSDP_FAMILY = ("torch-fsdp1", "torch-fsdp2", "fairscale-fsdp")  # gather parameters for compute
 UNEXPLAINED = "no known cause"  # how off_model_reason says it has no reason to give
 
 
@@ -154,7 +155,7 @@ def off_model_reason(
     same tolerance, so the note cannot blame the wrong thing; anything else is said to be
     unexplained.  ``stage`` defaults to :func:`plan_stage`.
     """
-    from .options import Stage, parse_options
+    from .options import Precision, Stage, parse_options
 
     parsed = parse_options(options)
     stage = plan_stage(parsed, backend, world_size, device) if stage is None else stage
@@ -165,17 +166,23 @@ def off_model_reason(
     head = f"{ratio:.2f}x the ZeRO-{stage} model"
     causes: list[str] = []
     predicted = model
-    fairscale_offload = backend == "fairscale-fsdp" and parsed.offload
     # FSDP1 and fairscale FSDP never reshard their root unit after forward; without auto_wrap
     # the root is the whole model, so forward ends holding 4Ψ + the shard: ZeRO-2's bytes.
-    if parsed.stage is Stage.ZERO_DP_3 and not parsed.auto_wrap and backend in ("torch-fsdp1", "fairscale-fsdp"):
+    root = parsed.stage is Stage.ZERO_DP_3 and not parsed.auto_wrap and backend in ("torch-fsdp1", "fairscale-fsdp")
+    if root:
         predicted = zero_model_bytes(2, psi, world_size)
         who = "FSDP1" if backend == "torch-fsdp1" else "fairscale FSDP (disable_reshard_on_root)"
         causes.append(f"{who} keeps its root unit, here the whole model, gathered from forward to "
                       "backward by design; add auto_wrap to gather one block at a time")
+    gathered = stage == 2 or root  # full parameters held from forward to backward
+    # The FSDP family gathers mixed precision's parameters in 16 bits: 2Ψ, not the model's 4Ψ.
+    if gathered and parsed.mixed_precision in (Precision.BF16, Precision.FP16) and backend in _FSDP_FAMILY:
+        predicted -= 2 * psi
+        causes.append(f"with mixed_precision={parsed.mixed_precision.value} the gathered parameters "
+                      "are 16-bit, 2 bytes each where the fp32 model counts 4")
     # fairscale's offload allocates its host gradient shard (_cpu_grad) up front, so it is held
-    # through forward too, when full parameters are gathered (stage 2, or a gathered root).
-    if fairscale_offload and (stage == 2 or causes):
+    # through forward too, next to the gathered parameters.
+    if gathered and backend == "fairscale-fsdp" and parsed.offload:
         predicted += 4 * psi / world_size
         causes.append("fairscale's offload allocates its host gradient shard up front, so it is "
                       "held through forward as well")

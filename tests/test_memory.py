@@ -123,6 +123,20 @@ def test_fairscale_offload_adds_its_host_gradient_shard() -> None:
     assert note is not None and note.startswith("1.50x") and "host gradient shard" in note
 
 
+@pytest.mark.parametrize("backend", ["torch-fsdp1", "torch-fsdp2", "fairscale-fsdp"])
+def test_mixed_precision_gathers_16_bit_parameters(backend: str) -> None:
+    """zero_dp_2 with bf16 holds 2Ψ of gathered parameters where the fp32 model counts 4Ψ
+    (measured: 0.80x on 2 ranks on all three); autocast backends keep fp32 parameters."""
+    from shardcompat.memory import UNEXPLAINED, off_model_reason, zero_model_bytes
+
+    held = zero_model_bytes(2, PSI, 2) - 2 * PSI
+    note = off_model_reason("zero_dp_2 mixed_precision=bf16", backend, 2, PSI, held, stage=2)
+    assert note is not None and note.startswith("0.80x") and "16-bit" in note and UNEXPLAINED not in note
+    autocast = off_model_reason("zero_dp_1 mixed_precision=bf16", "torch-zero", 2, PSI, 0.8 * zero_model_bytes(1, PSI, 2),
+                                stage=1)
+    assert autocast is not None and UNEXPLAINED in autocast
+
+
 def test_the_stage_is_the_plans() -> None:
     """torch-zero serves ``simple`` as ZeRO-1, so its note holds it to stage 1."""
     from shardcompat.memory import off_model_reason, plan_stage, zero_model_bytes
