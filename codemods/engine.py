@@ -1,4 +1,4 @@
-"""Rewrite one file: detect its kind, run the rewriters, check the result parses, build the diff.
+"""Rewrite one file: run its format's rewriter, check the result parses, build the diff.
 
 Runs in worker processes; libcst is imported only when a Python file or notebook needs it.
 """
@@ -6,15 +6,14 @@ Runs in worker processes; libcst is imported only when a Python file or notebook
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from .context import Settings, needles
 from .flags import Rewrite
 from .report import Edit, FileReport, Finding
 from .spans import LineIndex, SpanEdit, apply_spans, decode, drop_marked, file_skipped, marker_lines
-from .text import NOT_PARSED, PythonHook
 
-__all__ = ["Job", "process_file", "python_hook"]
+__all__ = ["Job", "process_file"]
 
 
 @dataclass(frozen=True)
@@ -29,38 +28,6 @@ class Job:
     reason: str = ""
 
 
-def _commands(settings: Settings) -> list[type]:
-    from .fairscale_imports import FairscaleImportsCommand
-    from .python_legacy import MigrateShardedDDP
-
-    return ([MigrateShardedDDP] if settings.legacy else []) + (
-        [FairscaleImportsCommand] if settings.fairscale_imports else [])
-
-
-def python_hook(settings: Settings) -> PythonHook:
-    """The Python rules for snippets inside other files (notebook cells, Markdown blocks)."""
-
-    def hook(code: str, first_line: int) -> Rewrite:
-        import libcst
-
-        from .flags import Issue
-        from .python_legacy import migrate_python
-
-        try:
-            outcome = migrate_python(code, settings, _commands(settings))
-        except libcst.ParserSyntaxError as error:
-            return Rewrite(issues=[Issue(0, NOT_PARSED, f"Python snippet does not parse "
-                                         f"({str(error).splitlines()[0]}); left as is", line=first_line)])
-        shift = first_line - 1
-        result = Rewrite(issues=[Issue(0, w.rule, w.message, w.hint, w.line + shift) for w in outcome.warnings])
-        if outcome.code != code:
-            records = tuple(replace(e, line=e.line + shift) for e in outcome.edits)
-            result.edits.append(SpanEdit(0, len(code), str(outcome.code), "python", records=records))
-        return result
-
-    return hook
-
-
 def _diff(path: str, old: bytes, new: bytes) -> str:
     a = old.decode("utf-8", "replace").splitlines(keepends=True)
     b = new.decode("utf-8", "replace").splitlines(keepends=True)
@@ -70,51 +37,24 @@ def _diff(path: str, old: bytes, new: bytes) -> str:
     return "".join(lines)
 
 
-def _python(job: Job, data: bytes, report: FileReport) -> bytes | None:
-    import libcst
-
-    from .python_legacy import migrate_python
-
-    try:
-        outcome = migrate_python(data, job.settings, _commands(job.settings))
-    except libcst.ParserSyntaxError as error:
-        report.error = f"does not parse as Python: {str(error).splitlines()[0]}"
-        return None
-    report.edits += outcome.edits
-    report.warnings += outcome.warnings
-    new = outcome.code
-    assert isinstance(new, bytes)
-    if new != data:
-        try:
-            libcst.parse_module(new)
-        except libcst.ParserSyntaxError as error:
-            report.error = f"the rewrite would not parse ({error}); not written"
-            return None
-        return new
-    return None
-
-
 def _text_rewrite(job: Job, text: str) -> Rewrite:
-    from . import config, notebook
-    from . import text as text_kinds
+    from .formats import config, markdown, notebook, python, shell
 
     settings, kind = job.settings, job.kind
     if kind in ("shell", "makefile"):
-        return text_kinds.rewrite_shell(text, settings)
+        return shell.rewrite_shell(text, settings)
     if kind == "dockerfile":
-        return text_kinds.rewrite_dockerfile(text, settings)
+        return shell.rewrite_dockerfile(text, settings)
     if kind == "markdown":
-        return text_kinds.rewrite_markdown(text, settings, python_hook(settings))
+        return markdown.rewrite_markdown(text, settings, python.python_hook(settings))
     if kind == "rst":
-        return text_kinds.rewrite_rst(text, settings, python_hook(settings))
+        return markdown.rewrite_rst(text, settings, python.python_hook(settings))
     if kind == "notebook":
-        return notebook.rewrite_notebook(text, settings, python_hook(settings))
+        return notebook.rewrite_notebook(text, settings, python.python_hook(settings))
     if kind == "json":
         return config.rewrite_json(text, settings)
     if kind == "yaml":
-        found = config.rewrite_keys(text, "yaml", settings)
-        found.extend(text_kinds.rewrite_yaml_steps(text, settings))
-        return found
+        return config.rewrite_yaml(text, settings)
     return config.rewrite_keys(text, kind, settings)
 
 
@@ -129,7 +69,8 @@ def _records(edits: list[SpanEdit], text: str, index: LineIndex) -> list[Edit]:
 
 
 def _text(job: Job, data: bytes, report: FileReport) -> bytes | None:
-    from . import config, jsonspan
+    from . import jsonspan
+    from .formats import config
 
     decoded = decode(data)
     text = decoded.text
@@ -174,7 +115,12 @@ def process_file(job: Job) -> FileReport:
         return report
     if not any(n in data for n in needles(job.settings)):
         return report
-    new = _python(job, data, report) if job.kind == "python" else _text(job, data, report)
+    if job.kind == "python":
+        from .formats.python import rewrite_python
+
+        new = rewrite_python(data, job.settings, report)
+    else:
+        new = _text(job, data, report)
     if job.scope != "edit":
         report.review, report.edits = report.review + report.edits, []
         if job.reason and report.review:

@@ -11,11 +11,10 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from codemods.config import rewrite_json
 from codemods.context import Settings
 from codemods.engine import Job, process_file
+from codemods.formats.config import rewrite_json, rewrite_yaml_steps
 from codemods.spans import apply_spans
-from codemods.text import rewrite_yaml_steps
 
 Target = str
 

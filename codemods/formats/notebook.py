@@ -14,13 +14,13 @@ import json
 import re
 from collections.abc import Callable
 
-from . import jsonspan
-from .context import Settings
-from .flags import Issue, Rewrite, rewrite_commands
-from .kinds import detect_kind
-from .report import Edit
-from .spans import SpanEdit, apply_spans
-from .text import NOT_PARSED, PythonHook
+from .. import jsonspan
+from ..context import Settings
+from ..flags import Issue, Rewrite, rewrite_commands
+from ..kinds import detect_kind
+from ..report import Edit
+from ..spans import SpanEdit, apply_spans
+from .python import NOT_PARSED, PythonHook
 
 __all__ = ["rewrite_notebook"]
 
