@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 
 from . import jsonspan
+from .context import Settings
 from .flags import HINTS, Issue, Rewrite, plan_argv
 from .spans import SpanEdit
 
@@ -35,19 +36,19 @@ class ArgvItem:
     fixed: bool = False
 
 
-def argv_rewrite(text: str, array: jsonspan.JArray, to: str = "list") -> Rewrite:
+def argv_rewrite(text: str, array: jsonspan.JArray, settings: Settings) -> Rewrite:
     """Apply :func:`~codemods.flags.plan_argv` to a JSON-style array inside ``text``."""
     return argv_edits(text, [
         ArgvItem(i.start, i.end, i.value if isinstance(i, jsonspan.JScalar) and isinstance(i.value, str) else None)
         for i in array.items
-    ], to)
+    ], settings)
 
 
-def argv_edits(text: str, items: list[ArgvItem], to: str = "list") -> Rewrite:
+def argv_edits(text: str, items: list[ArgvItem], settings: Settings) -> Rewrite:
     """Span edits for the :func:`~codemods.flags.plan_argv` steps of one argv list."""
     result = Rewrite()
     dropped: dict[int, str] = {}  # element -> rule
-    for step in plan_argv([i.value for i in items], "fsdp" if to == "fsdp" else "list"):
+    for step in plan_argv([i.value for i in items], settings.to, settings.fsdp_form):
         touched = {step.index, *step.set, *step.drop, *(step.insert_after or ())[:1]}
         if step.problem or any(items[i].fixed for i in touched if i < len(items)):
             rule, problem = (step.rule, step.problem) if step.problem else ("argv-layout", _FIXED)
@@ -96,16 +97,16 @@ def _newline(text: str, line_end: int) -> str:
     return "\r\n" if "\r\n" in text else "\n"
 
 
-def _inserted(text: str, item: ArgvItem, value: str) -> tuple[int, str]:
-    """Where and what to insert for a new element after ``item``: ``, value`` or a new line."""
-    new = _scalar(value, item.quote)
+def _inserted(text: str, item: ArgvItem, values: tuple[str, ...]) -> tuple[int, str]:
+    """Where and what to insert for new elements after ``item``: ``, value`` or new lines."""
+    new = [_scalar(value, item.quote) for value in values]
     if item.line is None:
-        return item.end, ", " + new
+        return item.end, "".join(", " + n for n in new)
     end = item.line[1]
     newline = _newline(text, end)
     if text[end - 1] == "\n":
-        return end, item.prefix + new + newline
-    return end, newline + item.prefix + new  # the last line, without a final newline
+        return end, "".join(item.prefix + n + newline for n in new)
+    return end, "".join(newline + item.prefix + n for n in new)  # the last line, without a final newline
 
 
 def _dropped(text: str, items: list[ArgvItem], first: int, last: int) -> list[tuple[int, int, str]]:

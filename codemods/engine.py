@@ -6,7 +6,7 @@ Runs in worker processes; libcst is imported only when a Python file or notebook
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .context import Settings, needles
 from .flags import Rewrite
@@ -104,8 +104,20 @@ def _text(job: Job, data: bytes, report: FileReport) -> bytes | None:
     return decoded.encode(new_text)
 
 
+def _rewrite(job: Job, data: bytes, settings: Settings, report: FileReport) -> bytes | None:
+    if job.kind == "python":
+        from .formats.python import rewrite_python
+
+        return rewrite_python(data, settings, report)
+    return _text(replace(job, settings=settings), data, report)
+
+
 def process_file(job: Job) -> FileReport:
-    """Everything for one file; never raises for a bad file (the error is in the report)."""
+    """Everything for one file; never raises for a bad file (the error is in the report).
+
+    A file held for review (``job.scope != "edit"``) keeps its ``--sharded_ddp`` edits as
+    review findings; its fairscale imports, which are their own evidence, are still rewritten.
+    """
     report = FileReport(job.display, job.kind, scope=job.scope)
     try:
         with open(job.path, "rb") as handle:
@@ -115,18 +127,20 @@ def process_file(job: Job) -> FileReport:
         return report
     if not any(n in data for n in needles(job.settings)):
         return report
-    if job.kind == "python":
-        from .formats.python import rewrite_python
-
-        new = rewrite_python(data, job.settings, report)
+    if job.scope == "edit":
+        new = _rewrite(job, data, job.settings, report)
     else:
-        new = _text(job, data, report)
-    if job.scope != "edit":
-        report.review, report.edits = report.review + report.edits, []
+        new = None
+        if job.settings.fairscale_imports:
+            new = _rewrite(job, data, replace(job.settings, legacy=False), report)
+        held = FileReport(job.display, job.kind)
+        _rewrite(job, data, replace(job.settings, fairscale_imports=False), held)
+        report.review += held.edits
+        report.warnings += held.warnings
+        report.error = report.error or held.error
         if job.reason and report.review:
             report.warnings.insert(0, Finding(0, "scope", f"not edited: {job.reason}",
                                               "rerun with --scope all to edit it"))
-        new = None
     if new is not None and new != data and report.error is None:
         report.new_data = new
         report.diff = _diff(job.display, data, new)

@@ -3,22 +3,31 @@
 One command class per rule family, all sharing the records in the codemod context:
 
 - :class:`LegacyValues`: ``sharded_ddp=True`` keywords, ``"sharded_ddp": False`` dict entries,
-  ``x.sharded_ddp = True`` and ``x["sharded_ddp"] = False`` assignments;
+  ``x.sharded_ddp = True`` and ``x["sharded_ddp"] = False`` assignments (with ``--to fsdp``:
+  ``fsdp=True`` and an ``fsdp_config`` dict, merged into a literal one already there);
 - :class:`LegacyDeclarations`: ``sharded_ddp: bool = field(default=False)`` and
-  ``add_argument("--sharded_ddp", action="store_true")``;
+  ``add_argument("--sharded_ddp", action="store_true")``, rewritten so that the old bare
+  ``--sharded_ddp`` still parses (``nargs="?", const="simple"``);
 - :class:`LegacyCommandLines`: command lines in string literals (plain, implicitly
-  concatenated, f-strings) and argv lists, by the shared rules of :mod:`codemods.flags`;
+  concatenated, f-strings) and argv lists, by the shared rules of :mod:`codemods.flags`; a
+  string that is only ``--sharded_ddp`` by where it is used (an argv fragment, a name, or
+  neither: reported);
 - :class:`LegacyReview`: what cannot be rewritten safely (comparisons with ``True``/``False``);
 - :class:`MigrateShardedDDP`: all of the above, in that order.
 
 Run under libcst's runner::
 
     python -m libcst.tool codemod python_legacy.MigrateShardedDDP --no-format src/
+
+``shardcompat-migrate`` runs the same commands, but only on the statements
+:mod:`codemods.pyscan` finds (see :mod:`codemods.formats.python`).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import json
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -28,7 +37,7 @@ import libcst as cst
 from libcst.codemod import CodemodCommand, CodemodContext, VisitorBasedCodemodCommand
 from libcst.metadata import PositionProvider
 
-from .context import Settings, Target
+from .context import FsdpForm, Settings, Target, fsdp_form_for
 from .flags import (
     FLAG,
     FSDP_FLAG,
@@ -40,6 +49,7 @@ from .flags import (
     rewrite_commands,
     translate,
 )
+from .pyscan import QUIET_KEYWORDS, Facts, facts_of, quiet_call
 from .report import Edit, Finding
 from .spans import SpanEdit, apply_spans, file_skipped, marker_lines
 
@@ -57,16 +67,16 @@ __all__ = [
 
 KEY = "sharded_ddp"
 _SCRATCH = "shardcompat.records"
-_QUIET_CALLS = frozenset({"print", "debug", "info", "warning", "warn", "error", "exception",
-                          "critical", "log", "echo", "secho", "write", "fail", "skip"})
-_QUIET_KEYWORDS = frozenset({"help", "description", "epilog", "usage", "msg", "message", "doc"})
+#: Names of keywords, variables and dict keys that hold command lines or argv fragments.
+_ARGV_NAME = re.compile(r"args|argv|cmd|command", re.I)
 
 StringLeaf = Union[cst.SimpleString, cst.FormattedString]
 
 
 @dataclass
 class Records:
-    """Edits and warnings collected by the commands of one module."""
+    """Edits and warnings collected by the commands of one module (or of one unit of it:
+    ``line_offset`` is then added to every line number)."""
 
     edits: list[Edit] = field(default_factory=list)
     warnings: list[Finding] = field(default_factory=list)
@@ -74,6 +84,9 @@ class Records:
     skipped: bool = False
     has_flag: bool = True
     settings: Settings = field(default_factory=Settings)
+    line_offset: int = 0
+    facts: Facts | None = None
+    fairscale_reported: bool = False
 
 
 def records_of(context: CodemodContext) -> Records:
@@ -88,6 +101,18 @@ def set_markers(records: Records, code: str) -> None:
     records.marked = marker_lines(code)
     records.skipped = file_skipped(code, records.marked)
     records.has_flag = FLAG in code
+
+
+def set_facts(records: Records, code: str) -> None:
+    """The file-level facts, when the caller did not bring them (libcst's runner)."""
+    if records.facts is None:
+        try:
+            tree = ast.parse(code)
+        except (SyntaxError, ValueError):
+            records.facts = Facts()
+        else:
+            settings = records.settings
+            records.facts = facts_of(tree, code, legacy=settings.legacy, fairscale=settings.fairscale_imports)
 
 
 def _name(node: cst.BaseExpression) -> str:
@@ -113,14 +138,60 @@ def _literal(node: cst.BaseExpression) -> Meaning | None:
     return None
 
 
+def _passthrough(node: cst.BaseExpression) -> bool:
+    """``args.sharded_ddp``, ``sharded_ddp``, ``cfg["sharded_ddp"]``, ``getattr(x, "sharded_ddp")``:
+    the option's own value passed on."""
+    if isinstance(node, (cst.Name, cst.Attribute)):
+        return _name(node) == KEY
+    if isinstance(node, cst.Subscript) and len(node.slice) == 1:
+        index = node.slice[0].slice
+        return isinstance(index, cst.Index) and _is_key(index.value)
+    if isinstance(node, cst.Call) and _name(node.func) == "getattr" and len(node.args) >= 2:
+        return _is_key(node.args[1].value)
+    return False
+
+
 def _string(text: str, like: cst.BaseExpression | None = None) -> cst.SimpleString:
-    quote = like.quote if isinstance(like, cst.SimpleString) and len(like.quote) == 1 else '"'
+    """A string literal for ``text``, quoted like ``like`` where that needs no escape."""
+    quote: str = like.quote if isinstance(like, cst.SimpleString) and len(like.quote) == 1 else '"'
     prefix = like.prefix if isinstance(like, cst.SimpleString) and "b" not in like.prefix.lower() else ""
-    return cst.SimpleString(f"{prefix.replace('f', '')}{quote}{text}{quote}")
+    prefix = prefix.replace("f", "").replace("F", "")
+    if quote in text or "\\" in text:
+        other = "'" if quote == '"' else '"'
+        quote = other if other not in text else quote
+        prefix = prefix.replace("r", "").replace("R", "")
+        text = text.replace("\\", "\\\\").replace(quote, "\\" + quote)
+    return cst.SimpleString(f"{prefix}{quote}{text}{quote}")
 
 
-def _is_key(node: cst.BaseExpression) -> bool:
-    return isinstance(node, cst.SimpleString) and node.evaluated_value == KEY
+def _py_literal(value: Any) -> str:
+    """Python source for a JSON-like value (an ``fsdp_config`` dict)."""
+    if isinstance(value, bool) or value is None:
+        return repr(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(k)}: {_py_literal(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_py_literal(v) for v in value) + "]"
+    return json.dumps(value) if isinstance(value, str) else repr(value)
+
+
+def _is_key(node: cst.BaseExpression, key: str = KEY) -> bool:
+    return isinstance(node, cst.SimpleString) and node.evaluated_value == key
+
+
+def one_line(code: str) -> str:
+    """Source as a report quotes it: on one line, without the line breaks and indentation."""
+    code = re.sub(r"([(\[{])[ \t]*\r?\n\s*", r"\1", code.strip())
+    code = re.sub(r",?[ \t]*\r?\n\s*([)\]}])", r"\1", code)
+    return re.sub(r"[ \t]*\r?\n\s*", " ", code)
+
+
+def _quote(module: cst.Module, node: cst.CSTNode) -> str:
+    """The source of ``node`` as a report quotes it: without its separator, the whitespace
+    around it or line breaks."""
+    if isinstance(node, (cst.Arg, cst.DictElement, cst.Element)):
+        node = node.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return one_line(module.code_for_node(node))
 
 
 class _Command(VisitorBasedCodemodCommand):
@@ -129,18 +200,29 @@ class _Command(VisitorBasedCodemodCommand):
     METADATA_DEPENDENCIES = (PositionProvider,)
     DESCRIPTION: str = "Migrate legacy boolean sharded_ddp usage."
 
-    def __init__(self, context: CodemodContext, to: str = "list") -> None:
+    def __init__(self, context: CodemodContext, to: str = "list", transformers: str | None = None) -> None:
         super().__init__(context)
         self.records = records_of(context)
         target: Target = "fsdp" if to == "fsdp" else "list"
-        if self.records.settings.to != target:
-            self.records.settings = Settings(to=target, local_scripts=self.records.settings.local_scripts)
+        settings = self.records.settings
+        form = fsdp_form_for(transformers) if transformers else settings.fsdp_form
+        if (settings.to, settings.fsdp_form) != (target, form):
+            self.records.settings = Settings(to=target, fsdp_form=form, local_scripts=settings.local_scripts,
+                                             fairscale_imports=settings.fairscale_imports, legacy=settings.legacy)
         self.to: Target = target
+        self.form: FsdpForm = form
 
     @staticmethod
     def add_args(arg_parser: argparse.ArgumentParser) -> None:
         arg_parser.add_argument("--to", choices=("list", "fsdp"), default="list",
-                                help="target syntax: the list syntax (default) or modern --fsdp")
+                                help="target syntax: the list syntax (default) or Transformers' FSDP arguments")
+        arg_parser.add_argument("--transformers", default=None, metavar="VERSION",
+                                help="with --to fsdp: the Transformers release to target; before 5.0 the "
+                                "4.x --fsdp words, else fsdp=True with fsdp_config (default)")
+
+    @property
+    def facts(self) -> Facts:
+        return self.records.facts or Facts()
 
     def visit_Module(self, node: cst.Module) -> bool:
         if self.records.marked is None:
@@ -148,20 +230,21 @@ class _Command(VisitorBasedCodemodCommand):
         return not self.records.skipped
 
     def line(self, node: cst.CSTNode) -> int:
-        return int(self.get_metadata(PositionProvider, node).start.line)
+        return int(self.get_metadata(PositionProvider, node).start.line) + self.records.line_offset
 
     def blocked(self, node: cst.CSTNode) -> bool:
         """True when a skip marker sits on one of the node's lines."""
         if not self.records.marked:  # None or empty
             return False
         span = self.get_metadata(PositionProvider, node)
-        return any(n in self.records.marked for n in range(span.start.line, span.end.line + 1))
+        shift = self.records.line_offset
+        return any(n + shift in self.records.marked for n in range(span.start.line, span.end.line + 1))
 
-    def record(self, original: cst.CSTNode, updated: cst.CSTNode, rule: str, note: str = "",
-               at: cst.CSTNode | None = None) -> None:
-        module = self.module
-        self.records.edits.append(Edit(self.line(at or original), rule, module.code_for_node(original),
-                                       module.code_for_node(updated), note))
+    def record(self, original: cst.CSTNode, updated: cst.CSTNode | str, rule: str, note: str = "",
+               at: cst.CSTNode | None = None, before: str | None = None) -> None:
+        after = updated if isinstance(updated, str) else _quote(self.module, updated)
+        self.records.edits.append(Edit(self.line(at or original), rule,
+                                       _quote(self.module, original) if before is None else before, after, note))
 
     def flag(self, node: cst.CSTNode, rule: str, message: str, line: int = 0) -> None:
         number = line or self.line(node)
@@ -171,13 +254,17 @@ class _Command(VisitorBasedCodemodCommand):
     def value_for(self, node: cst.BaseExpression, what: str, to: Target | None = None) -> cst.BaseExpression | None:
         """The new value expression for ``node``, or None (left as is, warned when unsafe)."""
         found = _literal(node)
+        target = to or self.to
+        code = self.module.code_for_node(node).strip()
         if found is None:
+            if target == "list" and _passthrough(node) and self.facts.declares_flag:
+                return None  # the option's own value, declared in this file as a string: migrated already
             if not (isinstance(node, cst.Name) and node.value == "None"):
-                self.flag(node, "non-literal", f"{what}={self.module.code_for_node(node)} is not a literal; left as is")
+                self.flag(node, "non-literal", f"{what}={code} is not a literal; left as is")
             return None
-        plan = translate(found, to or self.to)
+        plan = translate(found, target, self.form)
         if plan.problem:
-            self.flag(node, plan.rule, f"{what}: {plan.problem}")
+            self.flag(node, plan.rule, f"{what}={code}: {plan.problem}")
             return None
         if plan.value is None:
             return None
@@ -187,13 +274,55 @@ class _Command(VisitorBasedCodemodCommand):
 # --------------------------------------------------------------------------- values
 
 
+def _keyword(call: cst.Call, name: str) -> int | None:
+    for index, arg in enumerate(call.args):
+        if arg.keyword is not None and arg.keyword.value == name:
+            return index
+    return None
+
+
+_SPACE = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+
+
+def _merged(node: cst.BaseExpression, config: dict[str, Any]) -> tuple[cst.Dict | None, str]:
+    """``config`` merged into a literal dict ``node``: ``(new dict, "")``, or ``(None, why not)``."""
+    if not isinstance(node, cst.Dict):
+        return None, "is not a literal dict"
+    have: dict[str, Any] = {}
+    for element in node.elements:
+        if not (isinstance(element, cst.DictElement) and isinstance(element.key, cst.SimpleString)):
+            return None, "is not a literal dict"
+        try:
+            have[str(element.key.evaluated_value)] = ast.literal_eval(cst.Module([]).code_for_node(element.value))
+        except (ValueError, SyntaxError):
+            have[str(element.key.evaluated_value)] = None
+    clash = [k for k, v in config.items() if k in have and have[k] != v]
+    if clash:
+        return None, f"sets {', '.join(clash)} differently"
+    new = [cst.DictElement(cst.SimpleString(json.dumps(k)), cst.parse_expression(_py_literal(v)))
+           for k, v in config.items() if k not in have]
+    if not new:
+        return node, ""
+    elements = list(node.elements)
+    separator = elements[0].comma if len(elements) > 1 and isinstance(elements[0].comma, cst.Comma) else _SPACE
+    last = elements[-1].comma if elements else cst.MaybeSentinel.DEFAULT
+    elements = [*(e.with_changes(comma=separator) for e in elements), *(e.with_changes(comma=separator) for e in new)]
+    elements[-1] = elements[-1].with_changes(comma=last)
+    return node.with_changes(elements=elements), ""
+
+
 class LegacyValues(_Command):
     """``sharded_ddp=True`` -> ``"simple"``, ``False`` -> ``""`` in calls, dicts and assignments."""
 
     DESCRIPTION = "sharded_ddp=True/False keywords, dict entries and assignments to the list syntax."
 
+    @property
+    def _to_config(self) -> bool:
+        return self.to == "fsdp" and self.form == "config"
+
     def leave_Arg(self, original_node: cst.Arg, updated_node: cst.Arg) -> cst.Arg:
-        if original_node.keyword is None or original_node.keyword.value != KEY or self.blocked(original_node):
+        if original_node.keyword is None or original_node.keyword.value != KEY or self._to_config \
+                or self.blocked(original_node):
             return updated_node
         value = self.value_for(original_node.value, KEY)
         if value is None:
@@ -206,7 +335,7 @@ class LegacyValues(_Command):
         return new
 
     def leave_DictElement(self, original_node: cst.DictElement, updated_node: cst.DictElement) -> cst.DictElement:
-        if not _is_key(original_node.key) or self.blocked(original_node):
+        if not _is_key(original_node.key) or self._to_config or self.blocked(original_node):
             return updated_node
         value = self.value_for(original_node.value, '"sharded_ddp"')
         if value is None:
@@ -217,6 +346,105 @@ class LegacyValues(_Command):
         new = updated_node.with_changes(**changes)
         self.record(original_node, new, self._rule(original_node.value, "dict"), self._note(original_node.value))
         return new
+
+    # --to fsdp, current form: fsdp=True plus fsdp_config, next to (or merged into) the
+    # fsdp_config the call or dict already has
+    def _fsdp_config(self, node: cst.CSTNode, value: cst.BaseExpression, what: str) -> tuple[Any, str] | None:
+        """``(fsdp value, note)`` and the config to write, or None (warned)."""
+        found = _literal(value)
+        code = self.module.code_for_node(value).strip()
+        if found is None:
+            self.flag(node, "non-literal", f"{what}={code} is not a literal; left as is")
+            return None
+        plan = translate(found, "fsdp", "config")
+        if plan.problem:
+            self.flag(node, plan.rule, f"{what}={code}: {plan.problem}")
+            return None
+        return plan, plan.note
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        result = super().leave_Call(original_node, updated_node)  # type: ignore[safe-super]
+        index = _keyword(original_node, KEY)
+        if not self._to_config or index is None or not isinstance(result, cst.Call) \
+                or self.blocked(original_node.args[index]):
+            return result
+        arg = result.args[index]
+        found = self._fsdp_config(original_node.args[index], original_node.args[index].value, KEY)
+        if found is None:
+            return result
+        plan, note = found
+        args = list(result.args)
+        before = _quote(self.module, original_node.args[index])
+        if plan.fsdp_config is None:  # off
+            args[index] = arg.with_changes(keyword=cst.Name("fsdp"), value=cst.Name("False"))
+            self.record(original_node.args[index], args[index], "to-fsdp", note, before=before)
+            return result.with_changes(args=args)
+        existing = _keyword(result, "fsdp_config")
+        if _keyword(result, "fsdp") is not None:
+            self.flag(original_node.args[index], "fsdp-manual", "this call already passes fsdp=; "
+                      f"merge {before} into it by hand; left as is")
+            return result
+        new_arg = arg.with_changes(keyword=cst.Name("fsdp"), value=cst.Name("True"))
+        if existing is not None:
+            merged, problem = _merged(args[existing].value, plan.fsdp_config)
+            if merged is None:
+                self.flag(original_node.args[index], "fsdp-config-exists",
+                          f"fsdp_config={self.module.code_for_node(args[existing].value).strip()} {problem}; "
+                          f"merge {_py_literal(plan.fsdp_config)} into it by hand; left as is")
+                return result
+            args[existing] = args[existing].with_changes(value=merged)
+            args[index] = new_arg
+            after = f"fsdp=True, fsdp_config: +{_py_literal(plan.fsdp_config)}"
+        else:
+            config = cst.Arg(cst.parse_expression(_py_literal(plan.fsdp_config)), keyword=cst.Name("fsdp_config"),
+                             equal=arg.equal, comma=arg.comma)
+            args[index:index + 1] = [new_arg.with_changes(comma=_SPACE), config]
+            after = f"fsdp=True, fsdp_config={_py_literal(plan.fsdp_config)}"
+        self.record(original_node.args[index], after, "to-fsdp", note, before=before)
+        return result.with_changes(args=args)
+
+    def leave_Dict(self, original_node: cst.Dict, updated_node: cst.Dict) -> cst.BaseExpression:
+        index = next((i for i, e in enumerate(original_node.elements)
+                      if isinstance(e, cst.DictElement) and _is_key(e.key)), None)
+        if not self._to_config or index is None or self.blocked(original_node.elements[index]):
+            return updated_node
+        element = updated_node.elements[index]
+        assert isinstance(element, cst.DictElement)
+        found = self._fsdp_config(original_node.elements[index], element.value, '"sharded_ddp"')
+        if found is None:
+            return updated_node
+        plan, note = found
+        elements = list(updated_node.elements)
+        before = _quote(self.module, original_node.elements[index])
+        key = _string("fsdp", element.key)
+        if plan.fsdp_config is None:
+            elements[index] = element.with_changes(key=key, value=cst.Name("False"))
+            self.record(original_node.elements[index], elements[index], "to-fsdp", note, before=before)
+            return updated_node.with_changes(elements=elements)
+        existing = next((i for i, e in enumerate(elements)
+                         if isinstance(e, cst.DictElement) and _is_key(e.key, "fsdp_config")), None)
+        new_element = element.with_changes(key=key, value=cst.Name("True"))
+        if existing is not None:
+            holder = elements[existing]
+            assert isinstance(holder, cst.DictElement)
+            merged, problem = _merged(holder.value, plan.fsdp_config)
+            if merged is None:
+                self.flag(original_node.elements[index], "fsdp-config-exists",
+                          f'"fsdp_config": {self.module.code_for_node(holder.value).strip()} {problem}; '
+                          f"merge {_py_literal(plan.fsdp_config)} into it by hand; left as is")
+                return updated_node
+            elements[existing] = holder.with_changes(value=merged)
+            elements[index] = new_element
+            after = f'"fsdp": True, "fsdp_config": +{_py_literal(plan.fsdp_config)}'
+        else:
+            config = cst.DictElement(_string("fsdp_config", element.key),
+                                     cst.parse_expression(_py_literal(plan.fsdp_config)),
+                                     whitespace_before_colon=element.whitespace_before_colon,
+                                     whitespace_after_colon=element.whitespace_after_colon, comma=element.comma)
+            elements[index:index + 1] = [new_element.with_changes(comma=_SPACE), config]
+            after = f'"fsdp": True, "fsdp_config": {_py_literal(plan.fsdp_config)}'
+        self.record(original_node.elements[index], after, "to-fsdp", note, before=before)
+        return updated_node.with_changes(elements=elements)
 
     def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> cst.Assign:
         targets = [t.target for t in original_node.targets]
@@ -248,7 +476,7 @@ class LegacyValues(_Command):
 
     def _note(self, value: cst.BaseExpression) -> str:
         found = _literal(value)
-        return translate(found, self.to).note if found is not None else ""
+        return translate(found, self.to, self.form).note if found is not None else ""
 
 
 # --------------------------------------------------------------------------- declarations
@@ -279,17 +507,21 @@ def _bool_to_str(node: cst.BaseExpression) -> cst.BaseExpression | None:
     return None
 
 
-def _keyword(call: cst.Call, name: str) -> int | None:
-    for index, arg in enumerate(call.args):
-        if arg.keyword is not None and arg.keyword.value == name:
-            return index
-    return None
+#: What keeps a bare ``--sharded_ddp`` working once the option takes a value: argparse's
+#: optional value, ``"simple"`` when the flag comes alone.
+BARE_KEEPS_WORKING = {"nargs": "?", "const": "simple"}
+
+
+def _kwarg(name: str, value: str, like: cst.Arg) -> cst.Arg:
+    return cst.Arg(cst.parse_expression(value), keyword=cst.Name(name), equal=like.equal, comma=_SPACE)
 
 
 class LegacyDeclarations(_Command):
-    """Boolean declarations of the flag become string ones (default ``""``)."""
+    """Boolean declarations of the flag become string ones (default ``""``) that still accept
+    the bare flag: ``nargs="?", const="simple"`` (for ``HfArgumentParser`` dataclass fields, in
+    the field's metadata)."""
 
-    DESCRIPTION = "sharded_ddp: bool fields and store_true arguments to str with default ''."
+    DESCRIPTION = "sharded_ddp: bool fields and store_true arguments to str options that keep the bare flag."
 
     def leave_AnnAssign(self, original_node: cst.AnnAssign, updated_node: cst.AnnAssign) -> cst.AnnAssign:
         target = original_node.target
@@ -298,59 +530,90 @@ class LegacyDeclarations(_Command):
         if not _is_bool(original_node.annotation.annotation):
             return updated_node
         value = updated_node.value
+        note = self._fsdp_note()
         if isinstance(value, cst.Call) and _name(value.func) == "field":
-            index = _keyword(value, "default")
-            new_default = _bool_to_str(value.args[index].value) if index is not None else None
-            if new_default is not None and index is not None:
-                args = list(value.args)
-                args[index] = args[index].with_changes(value=new_default)
-                value = value.with_changes(args=args)
+            value, note = self._field(value)
         elif value is not None:
             value = _bool_to_str(value) or value
+            note = note or ("HfArgumentParser needs field(..., metadata={'nargs': '?', 'const': 'simple'}) "
+                            "to keep accepting a bare --sharded_ddp")
         new = updated_node.with_changes(
             annotation=updated_node.annotation.with_changes(annotation=_to_str(original_node.annotation.annotation)),
             value=value,
         )
-        self.record(original_node, new, "decl-field", self._fsdp_note())
+        self.record(original_node, new, "decl-field", note)
         return new
 
+    def _field(self, call: cst.Call) -> tuple[cst.Call, str]:
+        """``field(default=False, metadata={...})`` -> ``default=""``, and the metadata keys that
+        make ``HfArgumentParser`` accept the bare flag."""
+        args = list(call.args)
+        index = _keyword(call, "default")
+        new_default = _bool_to_str(args[index].value) if index is not None else None
+        if new_default is not None and index is not None:
+            args[index] = args[index].with_changes(value=new_default)
+        note = self._fsdp_note()
+        where = _keyword(call, "metadata")
+        if where is None:
+            last = args[-1] if args else None
+            metadata = cst.Arg(cst.parse_expression(_py_literal(BARE_KEEPS_WORKING)), keyword=cst.Name("metadata"),
+                               equal=last.equal if last else cst.MaybeSentinel.DEFAULT,
+                               comma=last.comma if last else cst.MaybeSentinel.DEFAULT)
+            if last is not None:
+                args[-1] = last.with_changes(comma=_SPACE)
+            args.append(metadata)
+        else:
+            merged, _ = _merged(args[where].value, BARE_KEEPS_WORKING)
+            if merged is None:
+                note = "add 'nargs': '?', 'const': 'simple' to its metadata so that a bare --sharded_ddp still parses"
+            else:
+                args[where] = args[where].with_changes(value=merged)
+        return call.with_changes(args=args), note
+
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
-        if _name(original_node.func) != "add_argument" or self.blocked(original_node):
-            return updated_node
+        result = super().leave_Call(original_node, updated_node)  # type: ignore[safe-super]
+        if _name(original_node.func) != "add_argument" or not isinstance(result, cst.Call) \
+                or self.blocked(original_node):
+            return result
         names = [a.value.evaluated_value for a in original_node.args
                  if a.keyword is None and isinstance(a.value, cst.SimpleString)]
         if FLAG not in names:
-            return updated_node
+            return result
         type_index = _keyword(original_node, "type")
         if type_index is not None:
             kind = self.module.code_for_node(original_node.args[type_index].value)
             if kind in ("bool", "str2bool", "strtobool") or "bool" in kind.lower():
                 self.flag(original_node, "local-bool",
                           f"--sharded_ddp is declared here with type={kind}: a local boolean option, left as is")
-            return updated_node
+            return result
         action_index = _keyword(original_node, "action")
         if action_index is None:
-            return updated_node
+            return result
         action = original_node.args[action_index].value
         if not (isinstance(action, cst.SimpleString) and action.evaluated_value == "store_true"):
-            return updated_node
-        args = list(updated_node.args)
+            return result
+        args = list(result.args)
         old = args[action_index]
-        default_index = _keyword(updated_node, "default")
-        as_type = old.with_changes(keyword=cst.Name("type"), value=cst.Name("str"))
+        added = [_kwarg(k, _py_literal(v), old) for k, v in BARE_KEEPS_WORKING.items()]
+        default_index = _keyword(result, "default")
+        before = [_quote(self.module, original_node.args[action_index])]
         if default_index is None:
-            new_default = cst.Arg(_string(""), keyword=cst.Name("default"), equal=old.equal, comma=old.comma)
-            args[action_index:action_index + 1] = [
-                as_type.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
-                new_default,
-            ]
+            added.append(_kwarg("default", '""', old))
         else:
-            args[action_index] = as_type
             value = _bool_to_str(args[default_index].value)
             if value is not None:
+                before.insert(0, _quote(self.module, original_node.args[default_index]))
                 args[default_index] = args[default_index].with_changes(value=value)
-        new = updated_node.with_changes(args=args)
-        self.record(original_node, new, "decl-store-true", self._fsdp_note())
+        added[-1] = added[-1].with_changes(comma=old.comma)
+        args[action_index:action_index + 1] = added
+        new = result.with_changes(args=args)
+        after = [_quote(self.module, a) for a in added]
+        if default_index is not None and len(before) > 1:
+            after.insert(0, _quote(self.module, args[default_index]))
+        note = self._fsdp_note() or (
+            "a positional argument right after a bare --sharded_ddp is now read as its value"
+            if self.facts.positionals else "")
+        self.record(original_node, ", ".join(after), "decl-store-true", note, before=", ".join(before))
         return new
 
     def _fsdp_note(self) -> str:
@@ -456,16 +719,119 @@ def _narrow(pieces: list[_Piece]) -> Callable[[SpanEdit], SpanEdit]:
     return narrow
 
 
+def _escaped(text: str, leaf: cst.BaseExpression) -> str | None:
+    """``text`` written inside ``leaf``'s quotes (``None``: a raw string cannot hold it)."""
+    quote: str
+    if isinstance(leaf, cst.SimpleString):
+        prefix, quote = leaf.prefix.lower(), leaf.quote
+    elif isinstance(leaf, cst.FormattedString):
+        prefix, quote = leaf.start.rstrip("'\"").lower(), leaf.start.lstrip("rRfFbBuU")
+    else:
+        return text
+    if "\\" not in text and quote[0] not in text and not ("f" in prefix and ("{" in text or "}" in text)):
+        return text
+    if "r" in prefix:
+        return None
+    text = text.replace("\\", "\\\\").replace(quote[0], "\\" + quote[0])
+    return text.replace("{", "{{").replace("}", "}}") if "f" in prefix else text
+
+
+def _follower(stack: Sequence[cst.CSTNode]) -> tuple[bool, cst.BaseExpression | None]:
+    """For a string on top of ``stack`` inside ``a + b + ...``: ``(concatenated, what follows
+    it)``; nothing follows the last operand."""
+    node = stack[-1]
+    concatenated = False
+    for parent in reversed(stack[:-1]):
+        if not (isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, cst.Add)):
+            break
+        concatenated = True
+        if parent.left is node:
+            return True, parent.right
+        node = parent
+    return concatenated, None
+
+
+def _text_of(node: cst.BaseExpression | None) -> str | None:
+    """The literal text at the start of ``node`` (a string or the left end of a sum)."""
+    while isinstance(node, cst.BinaryOperation):
+        node = node.left
+    if isinstance(node, cst.SimpleString):
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    if isinstance(node, cst.ConcatenatedString):
+        return _text_of(node.left)
+    if isinstance(node, cst.FormattedString):
+        first = node.parts[0] if node.parts else None
+        return first.value if isinstance(first, cst.FormattedStringText) else None
+    return None
+
+
+_ONE_WORD = "the fsdp_config JSON is one shell word: run this command through a shell or shlex.split, not str.split"
+_LABEL_METHODS = frozenset({"remove", "index", "count", "startswith", "endswith", "replace", "find",
+                            "get", "pop", "discard", "__contains__", "add_argument", "split"})
+_APPEND_METHODS = frozenset({"append", "insert", "extend"})
+
+
+def bare_flag_role(stack: Sequence[cst.CSTNode]) -> str:
+    """Where a string that is exactly ``--sharded_ddp`` (top of ``stack``) is used: ``argv`` (a
+    command-line fragment: passed as ``*args*``/``*argv*``/``*cmd*``, concatenated into a
+    command, ``.split()``, appended to an argv list), ``label`` (the option's name: a dict key,
+    a comparison, ``add_argument``'s name, a subscript) or ``unknown``."""
+    node, parent = stack[-1], stack[-2] if len(stack) > 1 else None
+    concatenated, follower = _follower(stack)
+    if concatenated:
+        text = _text_of(follower) if follower is not None else ""
+        if text is None:
+            return "unknown"  # "--sharded_ddp " + mode: the value may follow
+        return "argv" if not text.strip() or text.lstrip().startswith("-") else "unknown"
+    if isinstance(parent, cst.Attribute) and parent.value is node:
+        return "argv" if parent.attr.value == "split" else "unknown"
+    if isinstance(parent, cst.Arg):
+        if parent.keyword is not None:
+            return "argv" if _ARGV_NAME.search(parent.keyword.value) else "unknown"
+        call = stack[-3] if len(stack) > 2 else None
+        if isinstance(call, cst.Call):
+            method = _name(call.func)
+            receiver = _name(call.func.value) if isinstance(call.func, cst.Attribute) else ""
+            if method in _LABEL_METHODS:
+                return "label"
+            if method in _APPEND_METHODS and _ARGV_NAME.search(receiver):
+                return "argv"
+        return "unknown"
+    if isinstance(parent, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
+        targets = [t.target for t in parent.targets] if isinstance(parent, cst.Assign) else [parent.target]
+        return "argv" if any(_ARGV_NAME.search(_name(t)) for t in targets) else "unknown"
+    if isinstance(parent, (cst.Comparison, cst.ComparisonTarget, cst.Index, cst.SubscriptElement)):
+        return "label"
+    if isinstance(parent, cst.DictElement):
+        if parent.key is node:
+            return "label"
+        key = parent.key.evaluated_value if isinstance(parent.key, cst.SimpleString) else ""
+        return "argv" if isinstance(key, str) and _ARGV_NAME.search(key) else "unknown"
+    return "unknown"
+
+
 class LegacyCommandLines(_Command):
     """Command lines in string literals and argv lists, by the shared flag rules."""
 
     DESCRIPTION = "--sharded_ddp in command-line strings and argv lists to the list syntax."
 
-    def __init__(self, context: CodemodContext, to: str = "list") -> None:
-        super().__init__(context, to)
+    def __init__(self, context: CodemodContext, to: str = "list", transformers: str | None = None) -> None:
+        super().__init__(context, to, transformers)
         self.quiet = 0
         self.handled: set[int] = set()
         self.roots: set[int] = set()
+        self.stack: list[cst.CSTNode] = []
+
+    # the path from the module to the node being left, for the bare-flag rule
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        self.stack.append(node)
+        return super().on_visit(node)
+
+    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode) -> Any:
+        result = super().on_leave(original_node, updated_node)
+        self.stack.pop()
+        return result
 
     # quiet contexts: docstrings and bare strings, help= and friends, print/log/raise calls
     def visit_Expr(self, node: cst.Expr) -> None:
@@ -476,22 +842,17 @@ class LegacyCommandLines(_Command):
         return updated_node
 
     def visit_Arg(self, node: cst.Arg) -> None:
-        self.quiet += node.keyword is not None and node.keyword.value in _QUIET_KEYWORDS
+        self.quiet += node.keyword is not None and node.keyword.value in QUIET_KEYWORDS
 
     def leave_Arg(self, original_node: cst.Arg, updated_node: cst.Arg) -> cst.Arg:
-        self.quiet -= original_node.keyword is not None and original_node.keyword.value in _QUIET_KEYWORDS
+        self.quiet -= original_node.keyword is not None and original_node.keyword.value in QUIET_KEYWORDS
         return updated_node
 
-    @staticmethod
-    def _quiet_call(node: cst.Call) -> bool:
-        name = _name(node.func)
-        return name in _QUIET_CALLS or name.endswith(("Error", "Exception", "Warning"))
-
     def visit_Call(self, node: cst.Call) -> None:
-        self.quiet += self._quiet_call(node)
+        self.quiet += quiet_call(_name(node.func))
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
-        self.quiet -= self._quiet_call(original_node)
+        self.quiet -= quiet_call(_name(original_node.func))
         return updated_node
 
     # argv lists
@@ -527,19 +888,21 @@ class LegacyCommandLines(_Command):
             values.append(literal if isinstance(literal, str) else None)
         elements = list(updated.elements)
         drops: set[int] = set()
-        inserts: dict[int, cst.Element] = {}
+        inserts: dict[int, list[cst.Element]] = {}
         done = []
-        for step in plan_argv(values, self.to):
+        for step in plan_argv(values, self.to, self.form):
             if step.problem:
                 self.flag(original.elements[step.index], step.rule, f"argv list: {step.problem}")
                 continue
+            like = original.elements[step.index].value
             for index, text in step.set.items():
-                elements[index] = elements[index].with_changes(value=_string(text, original.elements[step.index].value))
+                elements[index] = elements[index].with_changes(value=_string(text, like))
             if step.insert_after is not None:
-                index, text = step.insert_after
-                inserts[index] = cst.Element(_string(text, original.elements[index].value), comma=elements[index].comma)
-                elements[index] = elements[index].with_changes(
-                    comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+                index, texts = step.insert_after
+                new = [cst.Element(_string(text, like), comma=_SPACE) for text in texts]
+                new[-1] = new[-1].with_changes(comma=elements[index].comma)
+                inserts[index] = new
+                elements[index] = elements[index].with_changes(comma=_SPACE)
             drops.update(i for i in step.drop if i < len(elements))
             done.append(step)
         if not done:
@@ -551,14 +914,21 @@ class LegacyCommandLines(_Command):
                     result[-1] = result[-1].with_changes(comma=element.comma)
                 continue
             result.append(element)
-            if index in inserts:
-                result.append(inserts[index])
+            result.extend(inserts.get(index, ()))
         if len(result) == 1 and isinstance(updated, cst.Tuple):
             result[-1] = result[-1].with_changes(comma=cst.Comma())  # ("--fp16",) stays a tuple
-        new = updated.with_changes(elements=result)
+        new_node = updated.with_changes(elements=result)
         for step in done:
-            self.record(original, new, step.rule, step.note, at=original.elements[step.index])
-        return new
+            touched = sorted({step.index, *step.set, *step.drop, *(step.insert_after or ())[:1]})
+            before = ", ".join(_quote(self.module, original.elements[i]) for i in touched if i < len(original.elements))
+            after = []
+            for i in touched:
+                if i not in drops and i < len(elements):
+                    after.append(_quote(self.module, elements[i]))
+                after += [_quote(self.module, e) for e in inserts.get(i, ())]
+            self.record(original, ", ".join(after), step.rule, step.note, at=original.elements[step.index],
+                        before=before)
+        return new_node
 
     # strings
     def leave_SimpleString(self, original_node: cst.SimpleString, updated_node: cst.SimpleString) -> cst.BaseExpression:
@@ -584,6 +954,15 @@ class LegacyCommandLines(_Command):
             return updated
         return self._rewrite_leaves(original, updated)
 
+    def _bare(self, original: cst.BaseExpression) -> bool:
+        """Decide for a string that is exactly the flag: True to rewrite it as a command line."""
+        role = bare_flag_role(self.stack)
+        if role == "unknown":
+            self.flag(original, "bare-flag", f"{self.module.code_for_node(original).strip()}: only the flag, "
+                      "where it is not clear whether it is passed on a command line or names the option; "
+                      "left as is")
+        return role == "argv"
+
     def _rewrite_leaves(self, original: cst.BaseExpression, updated: cst.BaseExpression) -> cst.BaseExpression:
         if self.quiet:
             return updated
@@ -592,10 +971,12 @@ class LegacyCommandLines(_Command):
         if pieces is None:
             return updated
         joined = "".join(p.view for p in pieces)
-        if FLAG not in joined or joined.strip() in (FLAG, FSDP_FLAG) or self.blocked(original):
+        if FLAG not in joined or joined.strip() == FSDP_FLAG or self.blocked(original):
+            return updated
+        if joined.strip() == FLAG and not self._bare(original):
             return updated
         found = rewrite_commands(joined, to=self.to, quote=_other_quote(leaves[0]), prose_guard=True,
-                                 local_scripts=self.records.settings.local_scripts)
+                                 local_scripts=self.records.settings.local_scripts, form=self.form)
         first_line = self.line(original)
         for issue in found.issues:
             self.flag(original, issue.rule, issue.message, first_line + joined.count("\n", 0, issue.offset))
@@ -604,15 +985,19 @@ class LegacyCommandLines(_Command):
                       "with its own boolean --sharded_ddp; left as is", first_line)
         if not found.edits:
             return updated
-        texts = self._split_edits(pieces, found.edits, original)
+        texts = self._split_edits(leaves, pieces, found.edits, original)
         if texts is None:
             return updated
         for edit in found.edits:
+            note = edit.note
+            if "--fsdp_config" in edit.new:
+                note = "; ".join(filter(None, [note, _ONE_WORD]))
             self.records.edits.append(Edit(first_line + joined.count("\n", 0, edit.start), edit.rule,
-                                           joined[edit.start:edit.end], edit.new, edit.note))
+                                           joined[edit.start:edit.end], edit.new, note))
         return _rebuild(updated, iter(self._new_leaves(leaves, pieces, texts)))
 
-    def _split_edits(self, pieces: list[_Piece], edits: list[SpanEdit], node: cst.CSTNode) -> list[str] | None:
+    def _split_edits(self, leaves: list[cst.BaseExpression], pieces: list[_Piece], edits: list[SpanEdit],
+                     node: cst.CSTNode) -> list[str] | None:
         bounds, pos = [], 0
         for piece in pieces:
             bounds.append((pos, pos + len(piece.text)))
@@ -625,8 +1010,12 @@ class LegacyCommandLines(_Command):
                 self.flag(node, "split-string", "an edit would cross the parts of a concatenated or "
                           "f-string; left as is")
                 return None
+            new = _escaped(edit.new, leaves[pieces[owner].leaf])
+            if new is None:
+                self.flag(node, "split-string", f"{edit.new!r} cannot be written inside this raw string; left as is")
+                return None
             a = bounds[owner][0]
-            per_piece[owner].append(SpanEdit(edit.start - a, edit.end - a, edit.new, edit.rule))
+            per_piece[owner].append(SpanEdit(edit.start - a, edit.end - a, new, edit.rule))
         return [apply_spans(p.text, e) if e else p.text for p, e in zip(pieces, per_piece)]
 
     @staticmethod
@@ -668,7 +1057,7 @@ class LegacyReview(_Command):
         sides = [node.left, *(t.comparator for t in node.comparisons)]
         bools = [s for s in sides if isinstance(s, cst.Name) and s.value in ("True", "False")]
         if bools and any(_mentions_key(s) for s in sides) and not self.blocked(node):
-            self.flag(node, "comparison", f"{self.module.code_for_node(node)}: sharded_ddp is a string "
+            self.flag(node, "comparison", f"{self.module.code_for_node(node).strip()}: sharded_ddp is a string "
                       "of options now; comparing it with a bool is always False")
 
 
@@ -676,7 +1065,7 @@ class LegacyReview(_Command):
 
 
 class LegacyDefinitions(LegacyValues, LegacyDeclarations, LegacyReview):
-    """Values, declarations and review in one traversal (their visitor methods do not overlap)."""
+    """Values, declarations and review in one traversal (their ``leave_Call`` methods chain)."""
 
     DESCRIPTION = "sharded_ddp values, declarations and bool comparisons in one pass."
 
@@ -691,9 +1080,9 @@ class MigrateShardedDDP(CodemodCommand):
     DESCRIPTION = "Migrate legacy boolean --sharded_ddp/sharded_ddp=True usage to the list syntax."
     PASSES: ClassVar[tuple[type[_Command], ...]] = (LegacyDefinitions, LegacyCommandLines)
 
-    def __init__(self, context: CodemodContext, to: str = "list") -> None:
+    def __init__(self, context: CodemodContext, to: str = "list", transformers: str | None = None) -> None:
         super().__init__(context)
-        self.to = to
+        self.to, self.transformers = to, transformers
 
     @staticmethod
     def add_args(arg_parser: argparse.ArgumentParser) -> None:
@@ -703,12 +1092,13 @@ class MigrateShardedDDP(CodemodCommand):
         records = records_of(self.context)
         if records.marked is None:
             set_markers(records, tree.code)
+        set_facts(records, tree.code)
         for command in self.PASSES:
             if records.skipped:
                 break
             if command is LegacyCommandLines and not records.has_flag:
                 continue
-            tree = command(self.context, to=self.to).transform_module(tree)
+            tree = command(self.context, to=self.to, transformers=self.transformers).transform_module(tree)
         return tree
 
 
@@ -723,15 +1113,19 @@ class PythonOutcome:
 
 def migrate_python(source: bytes | str, settings: Settings,
                    commands: Sequence[type[CodemodCommand]] = (MigrateShardedDDP,)) -> PythonOutcome:
-    """Run ``commands`` on ``source``; raises ``libcst.ParserSyntaxError`` if it does not parse."""
+    """Run ``commands`` on the whole of ``source`` (the slow, always-applicable path; see
+    :mod:`codemods.formats.python` for the fast one); raises ``libcst.ParserSyntaxError`` if it
+    does not parse."""
     module = cst.parse_module(source)
     context = CodemodContext()
     records = records_of(context)
     records.settings = settings
-    set_markers(records, source.decode(module.encoding, "replace") if isinstance(source, bytes) else source)
+    code = source.decode(module.encoding, "replace") if isinstance(source, bytes) else source
+    set_markers(records, code)
+    set_facts(records, code)
     for command in commands:
         if records.skipped:
             break
         module = command(context, to=settings.to).transform_module(module)  # type: ignore[call-arg]
-    code: bytes | str = module.bytes if isinstance(source, bytes) else module.code
-    return PythonOutcome(code, records.edits, records.warnings)
+    new: bytes | str = module.bytes if isinstance(source, bytes) else module.code
+    return PythonOutcome(new, records.edits, records.warnings)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from .. import jsonspan
@@ -25,18 +26,38 @@ __all__ = ["rewrite_json", "rewrite_keys", "rewrite_yaml", "rewrite_yaml_argv", 
 KEY = "sharded_ddp"
 
 
-def _new_value(value: Any, settings: Settings) -> tuple[str | None, str, str, str]:
-    """``(new value or None, rule, note, problem)`` for a config value; false is ``""`` here."""
+@dataclass(frozen=True)
+class _Change:
+    """A config value's new value (``None``: leave it), and with ``--to fsdp`` in the current
+    form the ``fsdp_config`` mapping to write next to it."""
+
+    value: str | bool | None
+    rule: str = ""
+    note: str = ""
+    problem: str = ""
+    fsdp_config: dict[str, Any] | None = None
+
+
+def _change(value: Any, settings: Settings) -> _Change:
     if not isinstance(value, (bool, str)):
-        return None, "", "", ""
-    plan = translate(meaning(value), settings.to)
+        return _Change(None)
+    plan = translate(meaning(value), settings.to, settings.fsdp_form)
+    listing = settings.to == "list"
     if plan.problem:
-        return None, plan.rule, "", plan.problem
-    if plan.drop:
-        return "", "config-false" if settings.to == "list" else "to-fsdp", plan.note, ""
+        return _Change(None, plan.rule, problem=plan.problem)
+    if plan.drop:  # off: "" in the list syntax, fsdp false in the current FSDP form
+        off: str | bool = False if not listing and settings.fsdp_form == "config" else ""
+        return _Change(off, "config-false" if listing else "to-fsdp", plan.note)
+    if plan.fsdp_config is not None:
+        return _Change(True, "to-fsdp", plan.note, fsdp_config=plan.fsdp_config)
     if plan.value is None:
-        return None, "", "", ""
-    return plan.value, "config-true" if settings.to == "list" else "to-fsdp", plan.note, ""
+        return _Change(None)
+    return _Change(plan.value, "config-true" if listing else "to-fsdp", plan.note)
+
+
+def _exists(config: dict[str, Any]) -> str:
+    return (f"an fsdp_config is already set here; merge {json.dumps(config)} into it by hand "
+            "(left as is)")
 
 
 def _walk(node: jsonspan.JNode) -> Iterator[jsonspan.JNode]:
@@ -57,19 +78,24 @@ def rewrite_json(text: str, settings: Settings) -> Rewrite:
             isinstance(i, jsonspan.JScalar) and isinstance(i.value, str) and i.value.startswith(FLAG)
             for i in node.items
         ):
-            result.extend(argv_rewrite(text, node, settings.to))
+            result.extend(argv_rewrite(text, node, settings))
         if not isinstance(node, jsonspan.JObject):
             continue
         for key, value in node.members:
             if key.value != KEY or not isinstance(value, jsonspan.JScalar):
                 continue
-            new, rule, note, problem = _new_value(value.value, settings)
-            if problem:
-                result.issues.append(Issue(value.start, rule, problem, HINTS[rule]))
-            elif new is not None:
+            change = _change(value.value, settings)
+            if change.fsdp_config is not None and node.get("fsdp_config") is not None:
+                change = _Change(None, "fsdp-config-exists", problem=_exists(change.fsdp_config))
+            if change.problem:
+                result.issues.append(Issue(value.start, change.rule, change.problem, HINTS[change.rule]))
+            elif change.value is not None:
                 if settings.to == "fsdp":
-                    result.edits.append(SpanEdit(key.start, key.end, '"fsdp"', rule, note))
-                result.edits.append(SpanEdit(value.start, value.end, json.dumps(new), rule, note))
+                    result.edits.append(SpanEdit(key.start, key.end, '"fsdp"', change.rule, change.note))
+                new = json.dumps(change.value)
+                if change.fsdp_config is not None:
+                    new += f', "fsdp_config": {json.dumps(change.fsdp_config)}'
+                result.edits.append(SpanEdit(value.start, value.end, new, change.rule, change.note))
     return result
 
 
@@ -91,7 +117,33 @@ def _yaml_text(value: str) -> str:
     return value if re.fullmatch(r"[A-Za-z_][\w]*", value) else json.dumps(value)
 
 
-_FORMAT: dict[str, Callable[[str], str]] = {"yaml": _yaml_text, "toml": json.dumps, "ini": str}
+def _toml_text(value: Any) -> str:
+    """A TOML value: booleans, numbers, strings, lists and inline tables."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_text(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {_toml_text(v)}" for k, v in value.items()) + "}"
+    return json.dumps(value)
+
+
+def _text(value: str | bool, kind: str) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    write: dict[str, Callable[[str], str]] = {"yaml": _yaml_text, "toml": _toml_text, "ini": str}
+    return write[kind](value)
+
+
+#: How each format writes the ``fsdp_config`` line (YAML and INI take it as JSON).
+_CONFIG_LINE: dict[str, Callable[[dict[str, Any]], str]] = {
+    "yaml": lambda c: f"fsdp_config: {json.dumps(c)}",
+    "toml": lambda c: f"fsdp_config = {_toml_text(c)}",
+    "ini": lambda c: f"fsdp_config = {json.dumps(c)}",
+}
+_HAS_CONFIG = re.compile(r"^[ \t]*(?:-[ \t]+)?[\"']?fsdp_config[\"']?[ \t]*[:=]", re.M)
 
 
 def _scalar(raw: str, kind: str) -> Any:
@@ -109,16 +161,23 @@ def rewrite_keys(text: str, kind: str, settings: Settings) -> Rewrite:
         raw = match.group("value")
         if not raw:
             continue
-        new, rule, note, problem = _new_value(_scalar(raw, kind), settings)
-        if problem:
-            result.issues.append(Issue(match.start("value"), rule, problem, HINTS[rule]))
-        elif new is not None:
+        change = _change(_scalar(raw, kind), settings)
+        if change.fsdp_config is not None and _HAS_CONFIG.search(text):
+            change = _Change(None, "fsdp-config-exists", problem=_exists(change.fsdp_config))
+        if change.problem:
+            result.issues.append(Issue(match.start("value"), change.rule, change.problem, HINTS[change.rule]))
+        elif change.value is not None:
             if settings.to == "fsdp":
                 key = match.group("key")
                 result.edits.append(SpanEdit(match.start("key"), match.end("key"),
-                                             key.replace(KEY, "fsdp"), rule, note))
+                                             key.replace(KEY, "fsdp"), change.rule, change.note))
             result.edits.append(SpanEdit(match.start("value"), match.end("value"),
-                                         _FORMAT[kind](new), rule, note))
+                                         _text(change.value, kind), change.rule, change.note))
+            if change.fsdp_config is not None:  # a line of its own, aligned with the key
+                newline = "\r\n" if text[match.end():match.end() + 2] == "\r\n" else "\n"
+                pre = re.sub(r"-", " ", match.group("pre"))
+                result.edits.append(SpanEdit(match.end(), match.end(), newline + pre + _CONFIG_LINE[kind](
+                    change.fsdp_config), change.rule, change.note))
     return result
 
 
@@ -195,7 +254,7 @@ def rewrite_yaml_argv(text: str, settings: Settings) -> tuple[Rewrite, list[tupl
                 items.append(_yaml_item(text, child, floor, block))
                 floor = max(floor, items[-1].end)
             if any(_is_flag(i.value) for i in items):
-                result.extend(argv_edits(text, items, settings.to))
+                result.extend(argv_edits(text, items, settings))
                 taken += [(i.start, i.end) for i in items if _is_flag(i.value)]
     return result, taken
 

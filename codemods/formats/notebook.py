@@ -38,7 +38,8 @@ _UNKNOWN_HINT = "edit it by hand if it passes --sharded_ddp on"
 
 
 def _shell(code: str, settings: Settings, start: int, first_line: int) -> tuple[str, list[Edit], Rewrite]:
-    found = rewrite_commands(code, start, len(code), to=settings.to, local_scripts=settings.local_scripts)
+    found = rewrite_commands(code, start, len(code), to=settings.to, local_scripts=settings.local_scripts,
+                             form=settings.fsdp_form)
     records = [Edit(first_line + code.count("\n", 0, e.start), e.rule, code[e.start:e.end], e.new, e.note)
                for e in found.edits]
     found.issues = [Issue(i.offset, i.rule, i.message, i.hint, first_line + code.count("\n", 0, i.offset))

@@ -1,21 +1,57 @@
-"""Python files and Python snippets (notebook cells, Markdown blocks) by the libcst rules."""
+"""Python files and Python snippets (notebook cells, Markdown blocks) by the libcst rules.
+
+The fast path: ``ast.parse`` the file (C, a few milliseconds), let :mod:`codemods.pyscan` find
+the statements a rule can act on, parse only those with libcst, run the commands of
+:mod:`codemods.python_legacy` / :mod:`codemods.fairscale_imports` on them and splice their new
+text back by offset.  Line numbers come from the offsets; positions are resolved only on those
+small units.  A file whose mentions are all comments, docstrings or messages never loads libcst.
+Anything the fast path cannot place exactly (a file the running Python cannot parse, a unit
+whose rewrite does not round-trip) goes through the commands on the whole module instead.
+"""
 
 from __future__ import annotations
 
+import ast
+import io
+import tokenize
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from ..context import Settings
-from ..flags import Issue, Rewrite
-from ..report import FileReport
-from ..spans import SpanEdit
+from ..flags import FLAG, Issue, Rewrite
+from ..report import Edit, FileReport, Finding
+from ..spans import SpanEdit, apply_spans, file_skipped, marker_lines
 
-__all__ = ["NOT_PARSED", "PythonHook", "python_hook", "rewrite_python"]
+if TYPE_CHECKING:
+    from ..pyscan import Facts, Unit
+    from ..python_legacy import Records
+
+__all__ = ["NOT_PARSED", "PythonHook", "PythonResult", "migrate_source", "python_hook", "rewrite_python"]
 
 #: Rewrites a Python snippet: ``(code, first_line) -> Rewrite`` (one span edit for the snippet).
 #: A snippet that does not parse gives no edit and one issue with rule :data:`NOT_PARSED`.
 PythonHook = Callable[[str, int], Rewrite]
 NOT_PARSED = "not-parsed"
+
+
+class NotPython(ValueError):
+    """The source parses neither with ``ast`` nor with libcst."""
+
+
+@dataclass
+class PythonResult:
+    """The rewritten source (same type as given), its edits and warnings; ``whole`` is set when
+    the commands ran on the whole module rather than on units."""
+
+    code: bytes | str
+    edits: list[Edit] = field(default_factory=list)
+    warnings: list[Finding] = field(default_factory=list)
+    whole: bool = False
+
+
+class _Fallback(Exception):
+    """A unit the fast path cannot place exactly: run on the whole module instead."""
 
 
 def _commands(settings: Settings) -> list[type]:
@@ -26,19 +62,139 @@ def _commands(settings: Settings) -> list[type]:
         [FairscaleImportsCommand] if settings.fairscale_imports else [])
 
 
+def _decode(source: bytes) -> tuple[str, str]:
+    """The text and its encoding (the coding cookie or BOM, else UTF-8)."""
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
+    return source.decode(encoding), encoding
+
+
+def _whole(source: bytes | str, settings: Settings) -> PythonResult:
+    import libcst
+
+    from ..python_legacy import migrate_python
+
+    try:
+        outcome = migrate_python(source, settings, _commands(settings))
+    except libcst.ParserSyntaxError as error:
+        raise NotPython(str(error).splitlines()[0]) from error
+    return PythonResult(outcome.code, outcome.edits, outcome.warnings, whole=True)
+
+
+def migrate_source(source: bytes | str, settings: Settings) -> PythonResult:
+    """Every Python rule on ``source``; raises :class:`NotPython` when it does not parse."""
+    try:
+        text, encoding = _decode(source) if isinstance(source, bytes) else (source, "")
+    except (SyntaxError, UnicodeDecodeError, LookupError) as error:
+        raise NotPython(str(error)) from error
+    if file_skipped(text):
+        return PythonResult(source)
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):  # newer syntax than this Python's, or not Python at all
+        return _whole(source, settings)
+    from ..pyscan import scan
+
+    units, facts, _ = scan(text, tree, legacy=settings.legacy, fairscale=settings.fairscale_imports)
+    warnings: list[Finding] = []
+    if facts.aliases:
+        from ..fairscale_imports import alias_findings
+
+        warnings = alias_findings(facts)
+    if not units:
+        return PythonResult(source, warnings=warnings)
+    try:
+        edits, records = _units(text, units, facts, settings)
+    except _Fallback:
+        return _whole(source, settings)
+    new = apply_spans(text, edits)
+    result = PythonResult(source, records.edits, warnings + records.warnings)
+    if new != text:
+        result.code = new.encode(encoding) if isinstance(source, bytes) else new
+    return result
+
+
+def _units(text: str, units: list[Unit], facts: Facts, settings: Settings) -> tuple[list[SpanEdit], Records]:
+    import libcst as cst
+    from libcst.codemod import CodemodContext
+
+    from ..python_legacy import records_of
+
+    context = CodemodContext()
+    records = records_of(context)
+    records.settings = settings
+    records.marked = marker_lines(text)
+    records.has_flag = FLAG in text
+    records.facts = facts
+    records.fairscale_reported = True  # the caller reports the file-level findings once
+    commands = _commands(settings)
+    newline = "\r\n" if "\r\n" in text else "\n"
+    edits = []
+    for unit in units:
+        snippet = text[unit.start:unit.end]
+        head, tail = ("", newline) if unit.kind == "stmt" else ("(", ")" + newline)
+        wrapped = head + snippet + tail
+        try:
+            module = cst.parse_module(wrapped)
+        except cst.ParserSyntaxError as error:
+            raise _Fallback from error
+        records.line_offset = unit.line - 1
+        for command in commands:
+            module = command(context, to=settings.to).transform_module(module)
+        code = module.code
+        if code == wrapped:
+            continue
+        if not (code.startswith(head) and code.endswith(tail)):
+            raise _Fallback
+        edits.append(SpanEdit(unit.start, unit.end, code[len(head):len(code) - len(tail)], "python"))
+    return edits, records
+
+
+def rewrite_python(data: bytes, settings: Settings, report: FileReport) -> bytes | None:
+    """The new bytes of a Python file (``None``: unchanged or an error, set on ``report``)."""
+    try:
+        result = migrate_source(data, settings)
+    except NotPython as error:
+        report.error = f"does not parse as Python: {error}"
+        return None
+    report.edits += result.edits
+    report.warnings += result.warnings
+    new = result.code
+    assert isinstance(new, bytes)
+    if new == data:
+        return None
+    problem = _unparsable(new, result.whole)
+    if problem:
+        report.error = f"the rewrite would not parse ({problem}); not written"
+        return None
+    return new
+
+
+def _unparsable(code: bytes | str, whole: bool) -> str:
+    """Why the rewrite does not parse, or ""."""
+    if whole:  # the source needed libcst's grammar: check with it
+        import libcst
+
+        try:
+            libcst.parse_module(code)
+        except libcst.ParserSyntaxError as error:
+            return str(error).splitlines()[0]
+        return ""
+    try:
+        ast.parse(code)
+    except (SyntaxError, ValueError) as error:
+        return str(error)
+    return ""
+
+
 def python_hook(settings: Settings) -> PythonHook:
     """The Python rules for snippets inside other files (notebook cells, Markdown blocks)."""
 
     def hook(code: str, first_line: int) -> Rewrite:
-        import libcst
-
-        from ..python_legacy import migrate_python
-
         try:
-            outcome = migrate_python(code, settings, _commands(settings))
-        except libcst.ParserSyntaxError as error:
-            return Rewrite(issues=[Issue(0, NOT_PARSED, f"Python snippet does not parse "
-                                         f"({str(error).splitlines()[0]}); left as is", line=first_line)])
+            outcome = migrate_source(code, settings)
+        except NotPython as error:
+            return Rewrite(issues=[Issue(0, NOT_PARSED, f"Python snippet does not parse ({error}); left as is",
+                                         line=first_line)])
         shift = first_line - 1
         result = Rewrite(issues=[Issue(0, w.rule, w.message, w.hint, w.line + shift) for w in outcome.warnings])
         if outcome.code != code:
@@ -47,28 +203,3 @@ def python_hook(settings: Settings) -> PythonHook:
         return result
 
     return hook
-
-
-def rewrite_python(data: bytes, settings: Settings, report: FileReport) -> bytes | None:
-    """The new bytes of a Python file (``None``: unchanged or an error, set on ``report``)."""
-    import libcst
-
-    from ..python_legacy import migrate_python
-
-    try:
-        outcome = migrate_python(data, settings, _commands(settings))
-    except libcst.ParserSyntaxError as error:
-        report.error = f"does not parse as Python: {str(error).splitlines()[0]}"
-        return None
-    report.edits += outcome.edits
-    report.warnings += outcome.warnings
-    new = outcome.code
-    assert isinstance(new, bytes)
-    if new != data:
-        try:
-            libcst.parse_module(new)
-        except libcst.ParserSyntaxError as error:
-            report.error = f"the rewrite would not parse ({error}); not written"
-            return None
-        return new
-    return None

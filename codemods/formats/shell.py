@@ -20,7 +20,7 @@ __all__ = ["commands", "rewrite_dockerfile", "rewrite_shell"]
 def commands(text: str, start: int, end: int, settings: Settings, prose_guard: bool = False) -> Rewrite:
     """The flag rules over the command lines in ``text[start:end]``, with the run's settings."""
     return rewrite_commands(text, start, end, to=settings.to, local_scripts=settings.local_scripts,
-                            prose_guard=prose_guard)
+                            prose_guard=prose_guard, form=settings.fsdp_form)
 
 
 def rewrite_shell(text: str, settings: Settings) -> Rewrite:
@@ -47,7 +47,7 @@ def rewrite_dockerfile(text: str, settings: Settings) -> Rewrite:
     for match in _EXEC_FORM.finditer(text):
         array = _array_at(text, match.end())
         if array is not None and FLAG in text[array.start:array.end]:
-            result.extend(argv_rewrite(text, array, settings.to))
+            result.extend(argv_rewrite(text, array, settings))
             taken.append((array.start, array.end))
     for a, b in gaps(text, taken):
         result.extend(commands(text, a, b, settings))

@@ -101,8 +101,10 @@ def test_single_file_and_scope(repo: Path, tmp_path: Path, capsys: pytest.Captur
     other.mkdir()
     (other / "run.sh").write_text("python mine.py --sharded_ddp\n")
     capsys.readouterr()
-    assert main([str(other), "--check"]) == 0, "no Transformers evidence: review only"
-    assert "review" in capsys.readouterr().err
+    assert main([str(other), "--check"]) == 1, "no Transformers evidence: held for review, still legacy usage"
+    err = capsys.readouterr().err
+    assert "review" in err and "other/run.sh: warning: scope: not edited" in err  # the file, no ':0:'
+    assert (other / "run.sh").read_text() == "python mine.py --sharded_ddp\n"
     assert main([str(other), "--check", "--scope", "all"]) == 1
 
 
