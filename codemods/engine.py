@@ -11,7 +11,16 @@ from dataclasses import dataclass, replace
 from .context import Settings, needles
 from .flags import Rewrite
 from .report import Edit, FileReport, Finding
-from .spans import LineIndex, SpanEdit, apply_spans, decode, drop_marked, file_skipped, marker_lines
+from .spans import (
+    LineIndex,
+    SpanEdit,
+    apply_spans,
+    decode,
+    drop_marked,
+    file_skipped,
+    marker_lines,
+    one_line,
+)
 
 __all__ = ["Job", "process_file"]
 
@@ -64,7 +73,8 @@ def _records(edits: list[SpanEdit], text: str, index: LineIndex) -> list[Edit]:
         if edit.records:
             out += [r for r in edit.records if isinstance(r, Edit)]
         else:
-            out.append(Edit(index.line(edit.start), edit.rule, text[edit.start:edit.end], edit.new, edit.note))
+            out.append(Edit(index.line(edit.start), edit.rule, one_line(text[edit.start:edit.end]),
+                            one_line(edit.new), edit.note))
     return out
 
 

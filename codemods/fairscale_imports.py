@@ -48,24 +48,26 @@ def alias_findings(facts: Facts) -> list[Finding]:
     found = []
     for plan in facts.aliases.values():
         bound = f"{plan.local} ({plan.module})"
+        if plan.rewrite:
+            continue
         if plan.via_from and all(dotted == plan.local for _, dotted in plan.blockers):
             parent, name = plan.module.rsplit(".", 1)
             found.append(Finding(plan.line, UNSERVED, f"{name} is not served by {FACADE}; left on "
                                  f"'from {parent} import'", _HINT))
             continue
-        if not plan.blockers:
-            if not plan.rewrite:
-                found.append(Finding(plan.line, UNSERVED, f"{bound}: nothing here uses it through a name "
-                                     f"{FACADE} serves; the import stays on fairscale", _HINT))
+        if not plan.blockers:  # bound but never used: an availability check, perhaps
+            found.append(Finding(plan.line, UNSERVED, f"{bound}: nothing here uses it through a name "
+                                 f"{FACADE} serves; the import stays on fairscale", _HINT))
             continue
         names = list(dict.fromkeys(dotted for _, dotted in plan.blockers))
         lines = sorted({line for line, _ in plan.blockers})
-        where = ", ".join(map(str, lines[:6])) + (", ..." if len(lines) > 6 else "")
+        where = ("line " if len(lines) == 1 else "lines ") + ", ".join(map(str, lines[:6])) + (
+            ", ..." if len(lines) > 6 else "")
         if names == [plan.local]:
-            message = f"{bound}: not served by {FACADE}; the import stays on fairscale (used on lines {where})"
+            message = f"{bound}: not served by {FACADE}; the import stays on fairscale (used on {where})"
         else:
             shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-            message = (f"{bound}: {shown} not served by {FACADE} (lines {where}), so the import stays on "
+            message = (f"{bound}: {shown} not served by {FACADE} ({where}), so the import stays on "
                        "fairscale; its served names are left on it too")
         found.append(Finding(plan.line, UNSERVED, message, _HINT))
     return found

@@ -62,6 +62,9 @@ HINTS = {
     "fsdp-manual": "translate by hand: --fsdp takes the words, --fsdp_config the settings",
     "comparison": "compare the parsed options instead: bool(shardcompat.parse_options(x.sharded_ddp))",
     "argv-layout": "edit this argv list by hand, as the argv rules say (e.g. add a 'simple' element)",
+    "bare-flag": "where it goes on a command line write '--sharded_ddp simple'; where it names the option, "
+    "mark the line '# shardcompat: skip'",
+    "fsdp-config-exists": "merge the settings into the fsdp_config that is already there",
 }
 _FLAG_RE = re.compile(r"(?<![\w-])--sharded_ddp(?![\w-])")
 _BLANK = re.compile(r"(?:[ \t]|\\\r?\n)*")

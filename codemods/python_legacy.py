@@ -51,7 +51,7 @@ from .flags import (
 )
 from .pyscan import QUIET_KEYWORDS, Facts, facts_of, quiet_call
 from .report import Edit, Finding
-from .spans import SpanEdit, apply_spans, file_skipped, marker_lines
+from .spans import SpanEdit, apply_spans, file_skipped, marker_lines, one_line
 
 __all__ = [
     "LegacyCommandLines",
@@ -177,13 +177,6 @@ def _py_literal(value: Any) -> str:
 
 def _is_key(node: cst.BaseExpression, key: str = KEY) -> bool:
     return isinstance(node, cst.SimpleString) and node.evaluated_value == key
-
-
-def one_line(code: str) -> str:
-    """Source as a report quotes it: on one line, without the line breaks and indentation."""
-    code = re.sub(r"([(\[{])[ \t]*\r?\n\s*", r"\1", code.strip())
-    code = re.sub(r",?[ \t]*\r?\n\s*([)\]}])", r"\1", code)
-    return re.sub(r"[ \t]*\r?\n\s*", " ", code)
 
 
 def _quote(module: cst.Module, node: cst.CSTNode) -> str:
@@ -769,14 +762,14 @@ def _text_of(node: cst.BaseExpression | None) -> str | None:
 _ONE_WORD = "the fsdp_config JSON is one shell word: run this command through a shell or shlex.split, not str.split"
 _LABEL_METHODS = frozenset({"remove", "index", "count", "startswith", "endswith", "replace", "find",
                             "get", "pop", "discard", "__contains__", "add_argument", "split"})
-_APPEND_METHODS = frozenset({"append", "insert", "extend"})
 
 
 def bare_flag_role(stack: Sequence[cst.CSTNode]) -> str:
     """Where a string that is exactly ``--sharded_ddp`` (top of ``stack``) is used: ``argv`` (a
     command-line fragment: passed as ``*args*``/``*argv*``/``*cmd*``, concatenated into a
-    command, ``.split()``, appended to an argv list), ``label`` (the option's name: a dict key,
-    a comparison, ``add_argument``'s name, a subscript) or ``unknown``."""
+    command, ``.split()``), ``element`` (appended to an argv list as one element), ``label``
+    (the option's name: a dict key, a comparison, ``add_argument``'s name, a subscript) or
+    ``unknown``."""
     node, parent = stack[-1], stack[-2] if len(stack) > 1 else None
     concatenated, follower = _follower(stack)
     if concatenated:
@@ -795,8 +788,8 @@ def bare_flag_role(stack: Sequence[cst.CSTNode]) -> str:
             receiver = _name(call.func.value) if isinstance(call.func, cst.Attribute) else ""
             if method in _LABEL_METHODS:
                 return "label"
-            if method in _APPEND_METHODS and _ARGV_NAME.search(receiver):
-                return "argv"
+            if method == "append" and _ARGV_NAME.search(receiver) and len(call.args) == 1:
+                return "element"  # one argv element: the call becomes .extend([flag, value])
         return "unknown"
     if isinstance(parent, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
         targets = [t.target for t in parent.targets] if isinstance(parent, cst.Assign) else [parent.target]
@@ -853,7 +846,24 @@ class LegacyCommandLines(_Command):
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         self.quiet -= quiet_call(_name(original_node.func))
-        return updated_node
+        if self.quiet or not (isinstance(updated_node.func, cst.Attribute) and len(original_node.args) == 1):
+            return updated_node
+        arg = original_node.args[0].value
+        if updated_node.func.attr.value != "append" or not _ARGV_NAME.search(_name(updated_node.func.value)) \
+                or not (isinstance(arg, cst.SimpleString) and arg.evaluated_value == FLAG) or self.blocked(original_node):
+            return updated_node
+        # args.append("--sharded_ddp") -> args.extend(["--sharded_ddp", "simple"]): still one flag, one value
+        steps = plan_argv([FLAG], self.to, self.form)
+        if not steps or steps[0].problem:
+            return updated_node
+        elements = [steps[0].set.get(0, FLAG), *(steps[0].insert_after or (0, ()))[1]]
+        new = updated_node.with_changes(
+            func=updated_node.func.with_changes(attr=cst.Name("extend")),
+            args=[updated_node.args[0].with_changes(value=cst.List([
+                cst.Element(_string(e, arg), comma=_SPACE if i < len(elements) - 1 else cst.MaybeSentinel.DEFAULT)
+                for i, e in enumerate(elements)]))])
+        self.record(original_node, new, steps[0].rule, steps[0].note)
+        return new
 
     # argv lists
     def _visit_sequence(self, node: cst.List | cst.Tuple) -> None:
@@ -957,10 +967,9 @@ class LegacyCommandLines(_Command):
     def _bare(self, original: cst.BaseExpression) -> bool:
         """Decide for a string that is exactly the flag: True to rewrite it as a command line."""
         role = bare_flag_role(self.stack)
-        if role == "unknown":
-            self.flag(original, "bare-flag", f"{self.module.code_for_node(original).strip()}: only the flag, "
-                      "where it is not clear whether it is passed on a command line or names the option; "
-                      "left as is")
+        if role == "unknown" and not self.quiet:
+            self.flag(original, "bare-flag", f"{one_line(self.module.code_for_node(original))} alone: "
+                      "a command-line fragment or the option's name? left as is")
         return role == "argv"
 
     def _rewrite_leaves(self, original: cst.BaseExpression, updated: cst.BaseExpression) -> cst.BaseExpression:

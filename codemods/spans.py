@@ -26,6 +26,7 @@ __all__ = [
     "file_skipped",
     "gaps",
     "marker_lines",
+    "one_line",
 ]
 
 #: Put this in a comment (any syntax) on a line, or in the first lines of a file, to opt out.
@@ -82,6 +83,13 @@ def block_end(text: str, start: int, indent: int) -> int:
             break
         pos = line_end
     return pos
+
+
+def one_line(code: str) -> str:
+    """Source as a report quotes it: on one line, without the line breaks and indentation."""
+    code = re.sub(r"([(\[{])[ \t]*\r?\n\s*", r"\1", code.strip())
+    code = re.sub(r",?[ \t]*\r?\n\s*([)\]}])", r"\1", code)
+    return re.sub(r"[ \t]*\r?\n\s*", " ", code)
 
 
 class LineIndex:

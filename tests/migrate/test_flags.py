@@ -105,7 +105,8 @@ def test_fsdp_config_inside_quotes_reaches_the_inner_command(outer: str) -> None
     from shardcompat.options import parse_options
 
     out = migrate(f"bash -c {outer}python t.py --sharded_ddp zero_dp_2 --fp16{outer}", "fsdp")
-    bash, flag, inner = shlex.split(out)
+    shell, option, inner = shlex.split(out)
+    assert (shell, option) == ("bash", "-c")
     argv = shlex.split(inner)
     assert argv[:4] == ["python", "t.py", "--fsdp", "--fsdp_config"] and argv[5:] == ["--fp16"]
     assert json.loads(argv[4]) == parse_options("zero_dp_2").to_hf_fsdp_config().fsdp_config
