@@ -1,12 +1,12 @@
 """Python files and Python snippets (notebook cells, Markdown blocks) by the libcst rules.
 
 The fast path: ``ast.parse`` the file (C, a few milliseconds), let :mod:`codemods.pyscan` find
-the statements a rule can act on, parse only those with libcst, run the commands of
-:mod:`codemods.python_legacy` / :mod:`codemods.fairscale_imports` on them and splice their new
-text back by offset.  Line numbers come from the offsets; positions are resolved only on those
-small units.  A file whose mentions are all comments, docstrings or messages never loads libcst.
+the statements a rule can act on, parse only those with libcst, run the rules of
+:mod:`codemods.pyrules` on them and splice their new text back by offset.  Line numbers come
+from the offsets; positions are resolved only for what a rule reports on a unit of several
+lines.  A file whose mentions are all comments, docstrings or messages never loads libcst.
 Anything the fast path cannot place exactly (a file the running Python cannot parse, a unit
-whose rewrite does not round-trip) goes through the commands on the whole module instead.
+whose rewrite does not round-trip) goes through the rules on the whole module instead.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from ..context import Settings
-from ..flags import FLAG, Issue, Rewrite
+from ..flags import Issue, Rewrite
 from ..report import Edit, FileReport, Finding
-from ..spans import SpanEdit, apply_spans, file_skipped, marker_lines
+from ..spans import SpanEdit, apply_spans, file_skipped
 
 if TYPE_CHECKING:
+    from ..pyrules import Records, Rule
     from ..pyscan import Facts, Unit
-    from ..python_legacy import Records
 
 __all__ = ["NOT_PARSED", "PythonHook", "PythonResult", "migrate_source", "python_hook", "rewrite_python"]
 
@@ -54,12 +54,17 @@ class _Fallback(Exception):
     """A unit the fast path cannot place exactly: run on the whole module instead."""
 
 
-def _commands(settings: Settings) -> list[type]:
-    from ..fairscale_imports import FairscaleImportsCommand
-    from ..python_legacy import MigrateShardedDDP
+def _rules(settings: Settings) -> list[type[Rule]]:
+    rules: list[type[Rule]] = []
+    if settings.legacy:
+        from ..pyrules.legacy import LEGACY
 
-    return ([MigrateShardedDDP] if settings.legacy else []) + (
-        [FairscaleImportsCommand] if settings.fairscale_imports else [])
+        rules += LEGACY
+    if settings.fairscale_imports:
+        from ..pyrules.fairscale import FairscaleImports
+
+        rules.append(FairscaleImports)
+    return rules
 
 
 def _decode(source: bytes) -> tuple[str, str]:
@@ -69,15 +74,20 @@ def _decode(source: bytes) -> tuple[str, str]:
 
 
 def _whole(source: bytes | str, settings: Settings) -> PythonResult:
+    """The rules on the whole module (libcst's grammar, which reads newer Python too)."""
     import libcst
 
-    from ..python_legacy import migrate_python
+    from ..pyrules import Records, prepare, run
 
     try:
-        outcome = migrate_python(source, settings, _commands(settings))
+        module = libcst.parse_module(source)
     except libcst.ParserSyntaxError as error:
         raise NotPython(str(error).splitlines()[0]) from error
-    return PythonResult(outcome.code, outcome.edits, outcome.warnings, whole=True)
+    records = Records(settings)
+    prepare(records, source.decode(module.encoding, "replace") if isinstance(source, bytes) else source)
+    module = run(module, records, _rules(settings))
+    code: bytes | str = module.bytes if isinstance(source, bytes) else module.code
+    return PythonResult(code, records.edits, records.warnings, whole=True)
 
 
 def migrate_source(source: bytes | str, settings: Settings) -> PythonResult:
@@ -95,38 +105,29 @@ def migrate_source(source: bytes | str, settings: Settings) -> PythonResult:
     from ..pyscan import scan
 
     units, facts, _ = scan(text, tree, legacy=settings.legacy, fairscale=settings.fairscale_imports)
-    warnings: list[Finding] = []
-    if facts.aliases:
-        from ..fairscale_imports import alias_findings
-
-        warnings = alias_findings(facts)
-    if not units:
-        return PythonResult(source, warnings=warnings)
+    if not units and not facts.aliases:
+        return PythonResult(source)
     try:
         edits, records = _units(text, units, facts, settings)
     except _Fallback:
         return _whole(source, settings)
     new = apply_spans(text, edits)
-    result = PythonResult(source, records.edits, warnings + records.warnings)
+    result = PythonResult(source, records.edits, records.warnings)
     if new != text:
         result.code = new.encode(encoding) if isinstance(source, bytes) else new
     return result
 
 
 def _units(text: str, units: list[Unit], facts: Facts, settings: Settings) -> tuple[list[SpanEdit], Records]:
+    from ..pyrules import Records, prepare, run
+
+    records = Records(settings)
+    prepare(records, text, facts)
+    if not units:
+        return [], records
     import libcst as cst
-    from libcst.codemod import CodemodContext
 
-    from ..python_legacy import records_of
-
-    context = CodemodContext()
-    records = records_of(context)
-    records.settings = settings
-    records.marked = marker_lines(text)
-    records.has_flag = FLAG in text
-    records.facts = facts
-    records.fairscale_reported = True  # the caller reports the file-level findings once
-    commands = _commands(settings)
+    rules = _rules(settings)
     newline = "\r\n" if "\r\n" in text else "\n"
     edits = []
     for unit in units:
@@ -138,9 +139,7 @@ def _units(text: str, units: list[Unit], facts: Facts, settings: Settings) -> tu
         except cst.ParserSyntaxError as error:
             raise _Fallback from error
         records.line_offset = unit.line - 1
-        for command in commands:
-            module = command(context, to=settings.to).transform_module(module)
-        code = module.code
+        code = run(module, records, rules).code
         if code == wrapped:
             continue
         if not (code.startswith(head) and code.endswith(tail)):
