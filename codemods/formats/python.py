@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from ..pyrules import Records, Rule
     from ..pyscan import Facts, Unit
 
-__all__ = ["NOT_PARSED", "PythonHook", "PythonResult", "migrate_source", "python_hook", "rewrite_python"]
+__all__ = ["NOT_PARSED", "NotPython", "PythonHook", "PythonResult", "migrate_module", "migrate_source", "python_hook", "rewrite_python"]
 
 #: Rewrites a Python snippet: ``(code, first_line) -> Rewrite`` (one span edit for the snippet).
 #: A snippet that does not parse gives no edit and one issue with rule :data:`NOT_PARSED`.
@@ -73,8 +73,9 @@ def _decode(source: bytes) -> tuple[str, str]:
     return source.decode(encoding), encoding
 
 
-def _whole(source: bytes | str, settings: Settings) -> PythonResult:
-    """The rules on the whole module (libcst's grammar, which reads newer Python too)."""
+def migrate_module(source: bytes | str, settings: Settings) -> PythonResult:
+    """The rules on the whole module: the path for what ``ast`` cannot read here (libcst's
+    grammar reads newer Python too), and the reference the fast path is tested against."""
     import libcst
 
     from ..pyrules import Records, prepare, run
@@ -101,7 +102,7 @@ def migrate_source(source: bytes | str, settings: Settings) -> PythonResult:
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError):  # newer syntax than this Python's, or not Python at all
-        return _whole(source, settings)
+        return migrate_module(source, settings)
     from ..pyscan import scan
 
     units, facts, _ = scan(text, tree, legacy=settings.legacy, fairscale=settings.fairscale_imports)
@@ -110,7 +111,7 @@ def migrate_source(source: bytes | str, settings: Settings) -> PythonResult:
     try:
         edits, records = _units(text, units, facts, settings)
     except _Fallback:
-        return _whole(source, settings)
+        return migrate_module(source, settings)
     new = apply_spans(text, edits)
     result = PythonResult(source, records.edits, records.warnings)
     if new != text:

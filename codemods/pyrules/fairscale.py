@@ -19,7 +19,8 @@ from typing import Union
 
 import libcst as cst
 
-from ..pyscan import FACADE, AliasPlan, Facts, facade_names
+from .. import pyscan
+from ..pyscan import FACADE, AliasPlan, Facts
 from ..report import Edit, Finding
 from . import Records, Rule, quote
 
@@ -84,7 +85,7 @@ class FairscaleImports(Rule):
 
     def __init__(self, records: Records, module: cst.Module) -> None:
         super().__init__(records, module)
-        self.served = facade_names()
+        self.served = pyscan.facade_names()
 
     @property
     def aliases(self) -> dict[str, AliasPlan]:

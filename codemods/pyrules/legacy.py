@@ -862,9 +862,10 @@ class CommandLines(_Rule):
             return updated
         found = rewrite_commands(joined, to=self.to, quote=_other_quote(leaves[0]), prose_guard=True,
                                  local_scripts=self.records.settings.local_scripts, form=self.form)
-        first_line = self.line(original)
+        line_at = self._line_at(original, pieces)
+        first_line = line_at(0)
         for issue in found.issues:
-            self.flag(original, issue.rule, issue.message, first_line + joined.count("\n", 0, issue.offset))
+            self.flag(original, issue.rule, issue.message, line_at(issue.offset))
         for edit in found.review:
             self.flag(original, "review-local", f"{joined[edit.start:edit.end]!r}: the command runs a script "
                       "with its own boolean --sharded_ddp; left as is", first_line)
@@ -877,9 +878,29 @@ class CommandLines(_Rule):
             note = edit.note
             if "--fsdp_config" in edit.new:
                 note = "; ".join(filter(None, [note, _ONE_WORD]))
-            self.records.edits.append(Edit(first_line + joined.count("\n", 0, edit.start), edit.rule,
+            self.records.edits.append(Edit(line_at(edit.start), edit.rule,
                                            joined[edit.start:edit.end], edit.new, note))
         return _rebuild(updated, iter(self._new_leaves(leaves, pieces, texts)))
+
+    def _line_at(self, original: cst.BaseExpression, pieces: list[_Piece]) -> Callable[[int], int]:
+        """The line of an offset into the joined text of ``original``'s string parts: the line
+        of the part that holds it, plus the line breaks inside the part before it."""
+        originals = list(_leaves(original))
+        starts: dict[int, int] = {}
+        pos = 0
+        for piece in pieces:
+            starts.setdefault(piece.leaf, pos)
+            pos += len(piece.text)
+        joined = "".join(p.view for p in pieces)
+        lines: dict[int, int] = {}
+
+        def line_at(offset: int) -> int:
+            leaf = max((i for i, start in starts.items() if start <= offset), default=0)
+            if leaf not in lines:
+                lines[leaf] = self.line(originals[leaf])
+            return lines[leaf] + joined.count("\n", starts[leaf], offset)
+
+        return line_at
 
     def _split_edits(self, leaves: list[cst.BaseExpression], pieces: list[_Piece], edits: list[SpanEdit],
                      node: cst.CSTNode) -> list[str] | None:
