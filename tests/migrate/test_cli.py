@@ -177,3 +177,41 @@ def test_libcst_runner(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert target.read_text() == "args = TrainingArguments(sharded_ddp=\"simple\")\ncmd = 'python t.py --sharded_ddp simple'\n"
+
+
+def test_check_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """0 clean, 1 legacy usage found (to edit, held for review, or warned about), 2 unreadable."""
+    held = tmp_path / "held"  # no evidence that this tree uses Transformers: nothing is edited
+    (held / "docs").mkdir(parents=True)
+    (held / "launch.sh").write_text("python train.py --sharded_ddp --fp16\n")
+    (held / "docs" / "usage.md").write_text("Add `--sharded_ddp` to the command line.\n")
+    before = _tree(held)
+    assert main([str(held), "--check"]) == 1
+    assert main([str(held), "--write"]) == 0 and _tree(held) == before, "held: reported, not written"
+    assert main([str(held), "--check"]) == 1, "still legacy usage after a --write that could not edit it"
+
+    warned = tmp_path / "warned"
+    warned.mkdir()
+    (warned / "requirements.txt").write_text("transformers\n")
+    (warned / "run.sh").write_text("python train.py --sharded_ddp $MODE\n")  # left as is, with a warning
+    assert main([str(warned), "--write"]) == 0 and main([str(warned), "--check"]) == 1
+
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    (clean / "requirements.txt").write_text("transformers\n")
+    (clean / "run.sh").write_text("python train.py --sharded_ddp --fp16\n")
+    assert main([str(clean), "--check"]) == 1
+    assert main([str(clean), "--write"]) == 0
+    assert main([str(clean), "--check"]) == 0, "migrated: clean"
+    (clean / "broken.py").write_text("def f(:\n    sharded_ddp = True\n")
+    assert main([str(clean), "--check"]) == 2
+    capsys.readouterr()
+
+
+def test_transformers_version_needs_to_fsdp(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(tmp_path), "--transformers", "4.40"])
+    assert exit_info.value.code == 2 and "--transformers goes with --to fsdp" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([str(tmp_path), "--to", "fsdp", "--transformers", "four"])
+    assert "not a version number" in capsys.readouterr().err
