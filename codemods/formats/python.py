@@ -49,6 +49,10 @@ class PythonResult:
     warnings: list[Finding] = field(default_factory=list)
     whole: bool = False
 
+    def __post_init__(self) -> None:  # in file order, whichever path found them
+        self.edits.sort(key=lambda e: e.line)
+        self.warnings.sort(key=lambda w: w.line)
+
 
 class _Fallback(Exception):
     """A unit the fast path cannot place exactly: run on the whole module instead."""
