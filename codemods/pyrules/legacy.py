@@ -151,6 +151,26 @@ def _keyword(call: cst.Call, name: str) -> int | None:
 _SPACE = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
 
 
+Item = Union[cst.Arg, cst.DictElement]
+
+
+def _item_key(item: cst.CSTNode) -> str | None:
+    """The name of a keyword argument or the string key of a dict entry."""
+    if isinstance(item, cst.Arg):
+        return item.keyword.value if item.keyword is not None else None
+    if isinstance(item, cst.DictElement) and isinstance(item.key, cst.SimpleString):
+        key = item.key.evaluated_value
+        return key if isinstance(key, str) else None
+    return None
+
+
+def _renamed(item: Item, name: str, value: cst.BaseExpression) -> Item:
+    """``item`` under another name (keyword or dict key, quoted like the original) and value."""
+    if isinstance(item, cst.Arg):
+        return item.with_changes(keyword=cst.Name(name), value=value)
+    return item.with_changes(key=_string(name, item.key), value=value)
+
+
 def _merged(node: cst.BaseExpression, config: dict[str, Any]) -> tuple[cst.Dict | None, str]:
     """``config`` merged into a literal dict ``node``: ``(new dict, "")``, or ``(None, why not)``."""
     if not isinstance(node, cst.Dict):
@@ -229,89 +249,60 @@ class Values(_Rule):
             return None
         return plan, plan.note
 
-    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
-        result = super().leave_Call(original_node, updated_node)  # type: ignore[safe-super]
-        index = _keyword(original_node, KEY)
-        if not self._to_config or index is None or not isinstance(result, cst.Call) \
-                or self.blocked(original_node.args[index]):
-            return result
-        arg = result.args[index]
-        found = self._fsdp_config(original_node.args[index], original_node.args[index].value, KEY)
+    def _to_fsdp(self, originals: Sequence[cst.CSTNode], items: list[Any], spelled: Callable[[str], str]) -> bool:
+        """``sharded_ddp`` among ``items`` (a call's keywords or a dict's entries) becomes
+        ``fsdp`` plus an ``fsdp_config`` next to it or merged into the one already there;
+        ``items`` is edited in place.  False when there is nothing to do (or it was reported)."""
+        index = next((i for i, item in enumerate(originals) if _item_key(item) == KEY), None)
+        if index is None or self.blocked(originals[index]):
+            return False
+        original, item = originals[index], items[index]
+        found = self._fsdp_config(original, item.value, spelled(KEY))
         if found is None:
-            return result
+            return False
         plan, note = found
-        args = list(result.args)
-        before = quote(self.module, original_node.args[index])
+        before = quote(self.module, original)
         if plan.fsdp_config is None:  # off
-            args[index] = arg.with_changes(keyword=cst.Name("fsdp"), value=cst.Name("False"))
-            self.record(original_node.args[index], args[index], "to-fsdp", note, before=before)
-            return result.with_changes(args=args)
-        existing = _keyword(result, "fsdp_config")
-        if _keyword(result, "fsdp") is not None:
-            self.flag(original_node.args[index], "fsdp-manual", "this call already passes fsdp=; "
-                      f"merge {before} into it by hand; left as is")
-            return result
-        new_arg = arg.with_changes(keyword=cst.Name("fsdp"), value=cst.Name("True"))
-        if existing is not None:
-            merged, problem = _merged(args[existing].value, plan.fsdp_config)
-            if merged is None:
-                self.flag(original_node.args[index], "fsdp-config-exists",
-                          f"fsdp_config={one_line(self.module.code_for_node(args[existing].value))} {problem}; "
-                          f"merge {_py_literal(plan.fsdp_config)} into it by hand; left as is")
-                return result
-            args[existing] = args[existing].with_changes(value=merged)
-            args[index] = new_arg
-            after = f"fsdp=True, fsdp_config: +{_py_literal(plan.fsdp_config)}"
-        else:
-            config = cst.Arg(cst.parse_expression(_py_literal(plan.fsdp_config)), keyword=cst.Name("fsdp_config"),
-                             equal=arg.equal, comma=arg.comma)
-            args[index:index + 1] = [new_arg.with_changes(comma=_SPACE), config]
-            after = f"fsdp=True, fsdp_config={_py_literal(plan.fsdp_config)}"
-        self.record(original_node.args[index], after, "to-fsdp", note, before=before)
-        return result.with_changes(args=args)
-
-    def leave_Dict(self, original_node: cst.Dict, updated_node: cst.Dict) -> cst.BaseExpression:
-        index = next((i for i, e in enumerate(original_node.elements)
-                      if isinstance(e, cst.DictElement) and _is_key(e.key)), None)
-        if not self._to_config or index is None or self.blocked(original_node.elements[index]):
-            return updated_node
-        element = updated_node.elements[index]
-        assert isinstance(element, cst.DictElement)
-        found = self._fsdp_config(original_node.elements[index], element.value, '"sharded_ddp"')
-        if found is None:
-            return updated_node
-        plan, note = found
-        elements = list(updated_node.elements)
-        before = quote(self.module, original_node.elements[index])
-        key = _string("fsdp", element.key)
-        if plan.fsdp_config is None:
-            elements[index] = element.with_changes(key=key, value=cst.Name("False"))
-            self.record(original_node.elements[index], elements[index], "to-fsdp", note, before=before)
-            return updated_node.with_changes(elements=elements)
-        existing = next((i for i, e in enumerate(elements)
-                         if isinstance(e, cst.DictElement) and _is_key(e.key, "fsdp_config")), None)
-        new_element = element.with_changes(key=key, value=cst.Name("True"))
-        if existing is not None:
-            holder = elements[existing]
-            assert isinstance(holder, cst.DictElement)
+            items[index] = _renamed(item, "fsdp", cst.Name("False"))
+            self.record(original, items[index], "to-fsdp", note, before=before)
+            return True
+        keys = [_item_key(i) for i in items]
+        if "fsdp" in keys:
+            self.flag(original, "fsdp-manual", f"{spelled('fsdp')} is already set here; merge {before} into it "
+                      "by hand; left as is")
+            return False
+        config = _py_literal(plan.fsdp_config)
+        if "fsdp_config" in keys:
+            holder = items[keys.index("fsdp_config")]
             merged, problem = _merged(holder.value, plan.fsdp_config)
             if merged is None:
-                self.flag(original_node.elements[index], "fsdp-config-exists",
-                          f'"fsdp_config": {one_line(self.module.code_for_node(holder.value))} {problem}; '
-                          f"merge {_py_literal(plan.fsdp_config)} into it by hand; left as is")
-                return updated_node
-            elements[existing] = holder.with_changes(value=merged)
-            elements[index] = new_element
-            after = f'"fsdp": True, "fsdp_config": +{_py_literal(plan.fsdp_config)}'
+                self.flag(original, "fsdp-config-exists", f"{spelled('fsdp_config')}"
+                          f"{one_line(self.module.code_for_node(holder.value))} {problem}; merge {config} into "
+                          "it by hand; left as is")
+                return False
+            items[keys.index("fsdp_config")] = holder.with_changes(value=merged)
+            items[index] = _renamed(item, "fsdp", cst.Name("True"))
+            after = f"{spelled('fsdp')}True, {spelled('fsdp_config')}+{config}"
         else:
-            config = cst.DictElement(_string("fsdp_config", element.key),
-                                     cst.parse_expression(_py_literal(plan.fsdp_config)),
-                                     whitespace_before_colon=element.whitespace_before_colon,
-                                     whitespace_after_colon=element.whitespace_after_colon, comma=element.comma)
-            elements[index:index + 1] = [new_element.with_changes(comma=_SPACE), config]
-            after = f'"fsdp": True, "fsdp_config": {_py_literal(plan.fsdp_config)}'
-        self.record(original_node.elements[index], after, "to-fsdp", note, before=before)
-        return updated_node.with_changes(elements=elements)
+            items[index:index + 1] = [_renamed(item, "fsdp", cst.Name("True")).with_changes(comma=_SPACE),
+                                      _renamed(item, "fsdp_config", cst.parse_expression(config))]
+            after = f"{spelled('fsdp')}True, {spelled('fsdp_config')}{config}"
+        self.record(original, after, "to-fsdp", note, before=before)
+        return True
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        result = super().leave_Call(original_node, updated_node)  # type: ignore[safe-super]
+        if not self._to_config or not isinstance(result, cst.Call):
+            return result
+        args: list[Any] = list(result.args)
+        return result.with_changes(args=args) if self._to_fsdp(original_node.args, args, "{}=".format) else result
+
+    def leave_Dict(self, original_node: cst.Dict, updated_node: cst.Dict) -> cst.BaseExpression:
+        if not self._to_config:
+            return updated_node
+        elements: list[Any] = list(updated_node.elements)  # dict entries; a **spread is never the key
+        changed = self._to_fsdp(original_node.elements, elements, '"{}": '.format)
+        return updated_node.with_changes(elements=elements) if changed else updated_node
 
     def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> cst.Assign:
         targets = [t.target for t in original_node.targets]
