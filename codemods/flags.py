@@ -323,6 +323,7 @@ def rewrite_commands(
     prose_guard: bool = False,
     local_scripts: frozenset[str] = frozenset(),
     form: FsdpForm = "config",
+    split_words: bool = False,
 ) -> Rewrite:
     """Span edits for every legacy ``--sharded_ddp`` in the shell text ``text[start:end]``.
 
@@ -330,7 +331,8 @@ def rewrite_commands(
     segments that look like command lines (for string literals and inline code);
     ``local_scripts`` are script names whose own ``--sharded_ddp`` is a local boolean: edits
     in commands that run them are held back for review; ``form`` is the FSDP form of
-    ``to="fsdp"``.
+    ``to="fsdp"``; ``split_words``: the text is split on whitespace, not by a shell (a Python
+    ``"...".split()``), so an ``fsdp_config`` JSON is written compact and unquoted.
     """
     stop = len(text) if end is None else end
     result = Rewrite()
@@ -340,7 +342,7 @@ def rewrite_commands(
         segment = text[a:b]
         if FLAG not in segment or _quiet(segment) or (prose_guard and not looks_like_command(segment)):
             continue
-        found = _rewrite_segment(text, a, b, to, quote, form)
+        found = _rewrite_segment(text, a, b, to, quote, form, split_words)
         if local_scripts and any(name in segment for name in local_scripts):
             found.review, found.edits = found.edits, []
         result.extend(found)
@@ -415,7 +417,8 @@ def _shell_json(config: dict[str, Any], context: str) -> str:
     return "'" + text + "'"
 
 
-def _rewrite_segment(text: str, a: int, b: int, to: Target, quote: str, form: FsdpForm) -> Rewrite:
+def _rewrite_segment(text: str, a: int, b: int, to: Target, quote: str, form: FsdpForm,
+                     split_words: bool) -> Rewrite:
     result = Rewrite()
     new_flag = FSDP_FLAG if to == "fsdp" else FLAG
     for match in _FLAG_RE.finditer(text, a, b):
@@ -440,7 +443,8 @@ def _rewrite_segment(text: str, a: int, b: int, to: Target, quote: str, form: Fs
             start, stop = _removal(text, fs, vend, a, b)
             result.edits.append(SpanEdit(start, stop, "", "flag-false"))
         elif plan.fsdp_config is not None:
-            config = _shell_json(plan.fsdp_config, _quote_context(text, a, fs))
+            config = (json.dumps(plan.fsdp_config, separators=(",", ":")) if split_words
+                      else _shell_json(plan.fsdp_config, _quote_context(text, a, fs)))
             result.edits.append(SpanEdit(fs, fe if value is None else vend,
                                          f"{new_flag} --fsdp_config {config}", "to-fsdp", plan.note))
         elif plan.value is not None:

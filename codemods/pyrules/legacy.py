@@ -625,6 +625,7 @@ def _text_of(node: cst.BaseExpression | None) -> str | None:
 
 
 _ONE_WORD = "the fsdp_config JSON is one shell word: run this command through a shell or shlex.split, not str.split"
+_SPLIT = "the fsdp_config JSON is written without spaces or quotes for this .split()"
 _LABEL_METHODS = frozenset({"remove", "index", "count", "startswith", "endswith", "replace", "find",
                             "get", "pop", "discard", "__contains__", "add_argument", "split"})
 
@@ -851,8 +852,11 @@ class CommandLines(_Rule):
             return updated
         if joined.strip() == FLAG and not self._bare(original):
             return updated
+        parent = self.stack[-2] if len(self.stack) > 1 else None
+        split = isinstance(parent, cst.Attribute) and parent.value is original and parent.attr.value == "split"
         found = rewrite_commands(joined, to=self.to, quote=_other_quote(leaves[0]), prose_guard=True,
-                                 local_scripts=self.records.settings.local_scripts, form=self.form)
+                                 local_scripts=self.records.settings.local_scripts, form=self.form,
+                                 split_words=split)
         line_at = self._line_at(original, pieces)
         first_line = line_at(0)
         for issue in found.issues:
@@ -868,7 +872,7 @@ class CommandLines(_Rule):
         for edit in found.edits:
             note = edit.note
             if "--fsdp_config" in edit.new:
-                note = "; ".join(filter(None, [note, _ONE_WORD]))
+                note = "; ".join(filter(None, [note, _SPLIT if split else _ONE_WORD]))
             self.records.edits.append(Edit(line_at(edit.start), edit.rule,
                                            joined[edit.start:edit.end], edit.new, note))
         return _rebuild(updated, iter(self._new_leaves(leaves, pieces, texts)))

@@ -149,3 +149,19 @@ def test_each_edit_says_what_is_not_equivalent() -> None:
     result = migrate_source("args = TrainingArguments(sharded_ddp=True)\n", CONFIG)
     (edit,) = result.edits
     assert edit.rule == "to-fsdp" and "'simple' shards only optimizer state" in edit.note
+
+
+def test_python_command_strings_split_either_way(tmp_path: Path) -> None:
+    """A command string that is .split() gets compact, unquoted JSON; one run through a shell
+    (or shlex) gets a quoted word."""
+    source = (f'words = "--output_dir {tmp_path} --use_cpu --sharded_ddp zero_dp_3 --seed 3".split()\n'
+              f'cmd = "--output_dir {tmp_path} --use_cpu --sharded_ddp zero_dp_3 --seed 3"\n')
+    result = migrate_source(source, CONFIG)
+    scope: dict[str, Any] = {}
+    exec(str(result.code), scope)
+    for argv in (scope["words"], shlex.split(scope["cmd"])):
+        args = _parse(argv)
+        assert args.seed == 3 and args.fsdp_config["reshard_after_forward"] is True
+    assert [e.note for e in result.edits] == [
+        "the fsdp_config JSON is written without spaces or quotes for this .split()",
+        "the fsdp_config JSON is one shell word: run this command through a shell or shlex.split, not str.split"]
