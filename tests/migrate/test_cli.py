@@ -148,13 +148,17 @@ def test_subprocess_entry_point(repo: Path) -> None:
     assert "would change" in done.stderr and done.stdout == ""
 
 
-def test_pool_gives_the_same_result(tmp_path: Path) -> None:
+def test_pool_gives_the_same_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from codemods import cli
+
     root = tmp_path / "many"
     root.mkdir()
     (root / "requirements.txt").write_text("transformers\n")
     for i in range(12):
         (root / f"run{i}.sh").write_text(f"python train.py --seed {i} --sharded_ddp\n")
         (root / f"t{i}.py").write_text("TrainingArguments(sharded_ddp=True)\n")
+    assert cli.pool_size([], 2) == 1
+    monkeypatch.setattr(cli, "_PER_WORKER", 4)  # 12 Python files: a pool of two, as a large tree gets
     assert main([str(root), "--write", "--jobs", "2"]) == 0
     assert all((root / f"run{i}.sh").read_text().endswith("--sharded_ddp simple\n") for i in range(12))
     assert all('"simple"' in (root / f"t{i}.py").read_text() for i in range(12))

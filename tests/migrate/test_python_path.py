@@ -118,8 +118,8 @@ def test_latin1_file_keeps_its_bytes() -> None:
 
 @pytest.mark.parametrize(("kinds", "limit", "expected"), [
     (["python"] * 10, 8, 1),      # a few files: no pool, its start-up would cost more than it saves
-    (["python"] * 47, 8, 1),
-    (["python"] * 48, 8, 2),
+    (["python"] * 127, 8, 1),
+    (["python"] * 128, 8, 2),
     (["python"] * 500, 2, 2),     # never more than asked for
     (["shell"] * 500, 8, 1),      # text files are cheap: they do not count
 ])
