@@ -13,7 +13,9 @@ The contract, for a flag not already in the list syntax:
 - ``true``/``1``/``yes`` (space or ``=`` form) becomes ``simple``;
 - ``false``/``0``/``no`` is removed together with the flag;
 - list values (``zero_dp_2``, ``"zero_dp_3 offload"``) are left alone;
-- with ``to="fsdp"`` everything becomes modern Transformers' ``--fsdp`` words.
+- with ``to="fsdp"`` everything becomes Transformers' FSDP arguments: ``--fsdp`` with an
+  ``--fsdp_config`` JSON (``ShardingOptions.to_hf_fsdp_config()``, the current form), or the
+  4.x ``--fsdp`` words (``form="string"``, ``ShardingOptions.to_hf_fsdp()``).
 """
 
 from __future__ import annotations
