@@ -143,7 +143,7 @@ def translate(found: Meaning, to: Target) -> Translation:
             f"({', '.join(sorted(hf.fsdp_config) + lost) or 'backend='}); move them to --fsdp_config"
         ))
     note = SIMPLE_NOTE if options.stage is not None and options.stage.value in ("simple", "zero_dp_1") else ""
-    return Translation(hf.fsdp, rule="to-fsdp", note=note)
+    return Translation(str(hf.fsdp), rule="to-fsdp", note=note)
 
 
 # --------------------------------------------------------------------------- argv lists
