@@ -162,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain.set_defaults(run=_explain)
 
     from . import train
-    from .checkpoint import add_checkpoint_command
+    from .checkpoint.cli import add_checkpoint_command
 
     runner = sub.add_parser("train", help="train a small bundled GPT on local ranks")
     train.configure_parser(runner)
