@@ -125,12 +125,18 @@ class RunReport:
         for report in sorted(self.files, key=lambda f: f.path):
             rows.extend(_rows(report, self.mode))
         verb = "changed" if self.mode == "write" else "would change"
-        totals = (
-            f"{self.scanned} files scanned, {len(self.changed)} {verb}, "
-            f"{sum(len(f.review) for f in self.files)} findings for review, "
-            f"{sum(len(f.warnings) for f in self.files)} warnings, {len(self.errors)} errors"
-        )
+        totals = ", ".join([
+            _count(self.scanned, "file") + " scanned",
+            f"{len(self.changed)} {verb}",
+            _count(sum(len(f.review) for f in self.files), "finding") + " for review",
+            _count(sum(len(f.warnings) for f in self.files), "warning"),
+            _count(len(self.errors), "error"),
+        ])
         return "\n".join([*rows, totals])
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _at(path: str, line: int) -> str:
