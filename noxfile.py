@@ -116,5 +116,7 @@ def docs(session: nox.Session) -> None:
 @nox.session
 def lint(session: nox.Session) -> None:
     session.install("ruff", "mypy", f"torch=={DEFAULT_TORCH}", "-e", ".[test]")
-    session.run("ruff", "check", "shardcompat", "codemods", "tests", "benchmarks", "noxfile.py")
+    session.run("ruff", "check", "shardcompat", "codemods", "tests", "benchmarks", "examples", ".ci",
+                "noxfile.py")
     session.run("mypy")
+    session.run("mypy", "examples", ".ci/import_all.py")

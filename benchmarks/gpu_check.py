@@ -212,15 +212,17 @@ def table(rows: list[Row]) -> str:
     head = (f"{'world':<28} {'backend':<14} {'stage':<17} {'result':<8} {'loss diff':>9} "
             f"{'peak CUDA':>10} {'ZeRO model':>10} {'ratio':>6} {'step':>9}")
     lines = [head]
-    absent: dict[str, list[str]] = {}  # why -> backend / stage, once for all worlds
+    missing: dict[str, str] = {}  # backend -> why it is not installed
+    refused: dict[str, list[str]] = {}  # backend -> the stages it does not serve (any world)
     failures = []
     for row in rows:
-        if row.status.startswith(("not served", "not installed")):
-            kind = "not installed" if row.status.startswith("not installed") else "not served"
-            why = row.status if kind == "not installed" else f"{kind}: {row.backend}"
-            absent.setdefault(why, [])
-            if row.stage not in absent[why]:
-                absent[why].append(row.stage)
+        if row.status.startswith("not installed"):
+            missing[row.backend] = row.status
+            continue
+        if row.status.startswith("not served"):
+            stages = refused.setdefault(row.backend, [])
+            if row.stage not in stages:
+                stages.append(row.stage)
             continue
         if row.status.startswith("FAILED"):
             failures.append(f"{row.world} / {row.backend} / {row.stage}: {row.status}")
@@ -236,12 +238,8 @@ def table(rows: list[Row]) -> str:
                  "peak CUDA: max_memory_allocated of the largest rank; ZeRO model: its per-rank bytes on the "
                  "device, offload's sharded part excluded; ratio: peak / model, activations and workspaces included)")
     lines.append("")
-    for why, stages in absent.items():
-        if why.startswith("not installed"):
-            backend = next(row.backend for row in rows if row.status == why)
-            lines.append(f"{backend}: {why}")
-        else:
-            lines.append(f"{why.split(': ')[1]} does not serve: {', '.join(stages)}")
+    lines += [f"{backend} does not serve: {', '.join(stages)}" for backend, stages in refused.items()]
+    lines += [f"{backend}: {why}" for backend, why in missing.items()]
     return "\n".join(lines + failures)
 
 

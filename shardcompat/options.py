@@ -401,10 +401,24 @@ def _canonical_words(stage: Stage | None, hybrid: bool, offload: bool, auto_wrap
 
 
 class HfFsdp(NamedTuple):
-    """Modern Transformers ``TrainingArguments(fsdp=..., fsdp_config=...)`` values."""
+    """Transformers ``TrainingArguments(fsdp=..., fsdp_config=...)`` values.
 
-    fsdp: str
+    ``caveats`` says, one sentence each, what the options ask for that these values do not
+    carry over exactly, so a translation never loses a setting without a word.
+    """
+
+    fsdp: str | bool
     fsdp_config: dict[str, Any]
+    caveats: tuple[str, ...] = ()
+
+    def trainer_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments for ``TrainingArguments`` (none when sharding is off)."""
+        if not self.fsdp:
+            return {}
+        kwargs: dict[str, Any] = {"fsdp": self.fsdp}
+        if self.fsdp_config:
+            kwargs["fsdp_config"] = dict(self.fsdp_config)
+        return kwargs
 
 
 @dataclass(frozen=True)
@@ -471,14 +485,15 @@ class ShardingOptions:
         return replace(self, **changes)
 
     def to_hf_fsdp(self) -> HfFsdp:
-        """The modern Transformers ``fsdp`` string and ``fsdp_config`` dict.
+        """The Transformers 4.x ``fsdp`` string and ``fsdp_config`` dict (FSDP1).
 
-        Transformers has no ZeRO-1 and no ShardedDDP any more: ``simple`` and ``zero_dp_1``
-        map to ``shard_grad_op``, the nearest mode that shards at least as much.
-        Mixed precision stays with ``--bf16``/``--fp16`` there, so it is not in the config.
+        For releases that take ``fsdp="full_shard offload auto_wrap"``; current releases
+        deprecate that string form in favour of :meth:`to_hf_fsdp_config`.  Transformers has
+        no ZeRO-1 and no ShardedDDP: ``simple`` and ``zero_dp_1`` map to ``shard_grad_op``,
+        the nearest mode that shards at least as much (see ``caveats``).
         """
         if self.stage is None:
-            return HfFsdp("", {})
+            return HfFsdp("", {}, self._hf_caveats())
         words = [_HF_STAGE[(self.stage, self.hybrid)]]
         words += [w for w, on in (("offload", self.offload), ("auto_wrap", self.auto_wrap)) if on]
         config: dict[str, Any] = {}
@@ -491,7 +506,72 @@ class ShardingOptions:
         for name in ("forward_prefetch", "limit_all_gathers", "reshard_after_forward"):
             if getattr(self, name) is not None:
                 config[name] = getattr(self, name)
-        return HfFsdp(" ".join(words), config)
+        return HfFsdp(" ".join(words), config, self._hf_caveats())
+
+    def to_hf_fsdp_config(self) -> HfFsdp:
+        """``fsdp=True`` and the ``fsdp_config`` dict current Transformers releases prefer.
+
+        Transformers 5 deprecates the ``fsdp`` string ("Use ``fsdp=True`` and configure
+        everything via ``fsdp_config``") and defaults to FSDP2, where the stage is the boolean
+        ``reshard_after_forward``.  Hybrid and ``no_shard`` exist only in FSDP1, so they get
+        ``version: 1``; FSDP1-only tunables are not carried to FSDP2 and are named in ``caveats``.
+        Without ``auto_wrap`` the policy is ``NO_WRAP``, because Transformers now wraps every
+        ``_no_split_modules`` block unless told otherwise.
+        """
+        if self.stage is None:
+            return HfFsdp(False, {}, self._hf_caveats())
+        fsdp1 = self.hybrid or self.stage is Stage.NO_SHARD
+        config: dict[str, Any] = {"version": 1 if fsdp1 else 2}
+        if fsdp1:
+            config["reshard_after_forward"] = _HF_STAGE[(self.stage, self.hybrid)]
+        else:
+            config["reshard_after_forward"] = self.stage is Stage.ZERO_DP_3
+        if self.offload:
+            config["cpu_offload"] = True
+        if not self.auto_wrap:
+            config["auto_wrap_policy"] = "NO_WRAP"
+        elif self.min_num_params is not None and not self.wrap:
+            config["auto_wrap_policy"] = "SIZE_BASED_WRAP"
+            config["min_num_params"] = self.min_num_params
+        else:
+            config["auto_wrap_policy"] = "TRANSFORMER_BASED_WRAP"
+        if self.wrap:
+            config["transformer_layer_cls_to_wrap"] = list(self.wrap)
+        caveats = list(self._hf_caveats())
+        if fsdp1:
+            caveats.append(f"'{config['reshard_after_forward']}' exists only in FSDP1, which "
+                           "Transformers deprecates (fsdp_config version 1)")
+            if self.backward_prefetch is not None:
+                config["backward_prefetch"] = _HF_PREFETCH[self.backward_prefetch]
+            for name in ("forward_prefetch", "limit_all_gathers"):
+                if getattr(self, name) is not None:
+                    config[name] = getattr(self, name)
+        else:
+            dropped = [n for n in ("backward_prefetch", "forward_prefetch", "limit_all_gathers")
+                       if getattr(self, n) is not None]
+            if dropped:
+                caveats.append(f"{', '.join(dropped)}: FSDP1 settings with no FSDP2 fsdp_config key "
+                               "(FSDP2 prefetches by itself); not carried over")
+        if self.min_num_params is not None and self.wrap:
+            caveats.append("min_num_params: ignored next to wrap= (Transformers wraps by class then)")
+        return HfFsdp(True, config, tuple(caveats))
+
+    def _hf_caveats(self) -> tuple[str, ...]:
+        """What no Transformers FSDP setting carries, whichever form is written."""
+        caveats = []
+        if self.stage in (Stage.SIMPLE, Stage.ZERO_DP_1):
+            caveats.append(f"'{self.stage.value}' shards only optimizer state (ZeRO-1); Transformers' "
+                           "nearest FSDP mode, shard_grad_op, shards gradients too (ZeRO-2)")
+        if self.mixed_precision is not None:
+            caveats.append(f"mixed_precision={self.mixed_precision.value}: pass --{self.mixed_precision.value}"
+                           " to TrainingArguments instead" if self.mixed_precision is not Precision.FP32
+                           else "mixed_precision=fp32: Transformers' default, nothing to pass")
+        if self.bucket_cap_mb is not None:
+            caveats.append("bucket_cap_mb: FSDP has no bucket setting; for plain DDP pass "
+                           "ddp_bucket_cap_mb to TrainingArguments")
+        if self.backend != "auto":
+            caveats.append(f"backend={self.backend}: Transformers always uses torch FSDP (through Accelerate)")
+        return tuple(caveats)
 
     def to_deepspeed(self) -> dict[str, Any]:
         """The matching DeepSpeed ``zero_optimization`` dict.

@@ -79,7 +79,7 @@ def _rows(run: dict[str, Any], reference: dict[str, Any] | None) -> list[list[st
         if reference is not None and reference is not run:
             total += f" ({r['total'] / reference['ranks'][i]['total']:.2f}x)"
         rows.append([
-            run["label"], run["backend"], str(r["rank"]), format_bytes(r["params"]), format_bytes(r["grads"]),
+            run["label"], _served_by(run), str(r["rank"]), format_bytes(r["params"]), format_bytes(r["grads"]),
             format_bytes(r["optim"]), total, format_bytes(r["cpu"]), format_bytes(r["peak_rss"]),
             f"{r['median_step_s'] * 1000:.1f} ms",
         ])
@@ -97,7 +97,8 @@ def render_table(report: dict[str, Any]) -> str:
     runs = [*report["runs"], *([reference] if reference else [])]
     for run in runs:
         losses = run["losses"]
-        lines.append(f"{run['label']} on {run['backend']}: loss {losses[0]:.4f} -> {losses[-1]:.4f}")
+        who = f"{run['label']} on {run['backend']}" if run["options"] else f"{run['label']} (plain torch DDP)"
+        lines.append(f"{who}: loss {losses[0]:.4f} -> {losses[-1]:.4f}")
     table = [list(_COLUMNS)] + [row for run in runs for row in _rows(run, reference)]
     widths = [max(len(row[i]) for row in table) for i in range(len(_COLUMNS))]
     lines.append("")
@@ -109,5 +110,13 @@ def render_table(report: dict[str, Any]) -> str:
             lines.append(f"{run['label']} on {run['backend']}: {note}")
     if "max_loss_diff" in report:
         lines.append(f"\nlargest loss difference vs plain DDP: {report['max_loss_diff']:.3g}")
-    lines.append("(state = bytes of unique storages this rank holds; (Nx) = against plain DDP's rank)")
+    legend = "state = bytes of unique storages this rank holds"
+    if reference is not None:
+        legend += "; (Nx) = total against the same rank of plain DDP"
+    lines.append(f"({legend})")
     return "\n".join(lines)
+
+
+def _served_by(run: dict[str, Any]) -> str:
+    """The backend, or for a run without sharding what really serves it: torch's DDP."""
+    return str(run["backend"]) if run["options"] else "torch DDP"

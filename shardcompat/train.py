@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import json
 import os
 import statistics
@@ -36,9 +35,6 @@ if TYPE_CHECKING:
     from .models import ModelConfig
 
 __all__ = ["RunConfig", "configure_parser", "run", "train_rank"]
-
-_TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
-
 
 @dataclass(frozen=True)
 class RunConfig:
@@ -85,23 +81,29 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Train as ``args`` say and print the report; the exit code (non-zero if a rank failed)."""
-    from .launch import WorkerFailed, WorkerTimeout
+    """Train as ``args`` say and print the report; the exit code (non-zero if a rank failed).
 
-    torchrun = all(name in os.environ for name in _TORCHRUN_ENV)
+    Everything that can be checked before a rank starts is: a bad size, device or option
+    fails here in a second with exit 2 and no traceback; tracebacks are for crashes inside
+    training.
+    """
+    from .launch import WorkerFailed, WorkerTimeout, launched
+
     try:
         configs = _configs(args)
-        if torchrun:
-            report = _run_torchrun(configs, args.collective_timeout)
-        else:
-            report = _run_local(configs, _nproc(args, configs[0].device), args.timeout, args.collective_timeout)
-    except (WorkerFailed, WorkerTimeout, _RankFailed) as error:
+        nproc = int(os.environ["WORLD_SIZE"]) if launched() else _nproc(args, configs[0].device)
+        _plan(configs, nproc)
+    except ValueError as error:
+        print(f"shardcompat train: error: {error}", file=sys.stderr)
+        return 2
+    try:
+        runs = _launch(configs, nproc, args.timeout, args.collective_timeout)
+    except (WorkerFailed, WorkerTimeout) as error:
         print(f"shardcompat train: {error}", file=sys.stderr)
         return 1
-    except ValueError as error:  # a bad size or device, before any rank started
-        print(f"shardcompat train: {error}", file=sys.stderr)
-        return 2
-    if report is not None:
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, rank 0 reports
+        reference = runs[1] if len(runs) > 1 else None
+        report = build_report(_setup(configs, nproc), runs[:1], reference)
         print(json.dumps(report, indent=2) if args.json else render_table(report))
     return 0
 
@@ -113,17 +115,19 @@ def _configs(args: argparse.Namespace) -> list[RunConfig]:
     """The requested run, and plain DDP after it with ``--compare-ddp``."""
     import torch
 
-    from .models import ModelConfig
+    from .models import ModelConfig, build_model
 
     options: ShardingOptions = args.sharded_ddp
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda, but no CUDA device is available")
-    if min(args.steps, args.batch_size, args.layers, args.dim, args.vocab, args.seq_len) < 1:
-        raise ValueError("--steps, --batch-size and the model sizes must be at least 1")
+        raise ValueError("--device cuda, but no CUDA device is available; use --device cpu")
+    for flag in ("steps", "batch_size", "layers", "dim", "heads", "vocab", "seq_len"):
+        if getattr(args, flag) < 1:
+            raise ValueError(f"--{flag.replace('_', '-')} must be at least 1, got {getattr(args, flag)}")
     progress = "off" if args.json else ("bar" if sys.stderr.isatty() else "lines")
     model = ModelConfig(kind=args.model, layers=args.layers, dim=args.dim, heads=args.heads,
                         vocab=args.vocab, seq_len=args.seq_len)
+    build_model(model, args.seed)  # sizes that cannot build a model fail here, not in every rank
     main = RunConfig(str(options) or "ddp", str(options), args.backend, model, args.steps,
                      args.batch_size, args.lr, args.seed, device, progress)
     return [main, replace(main, label="ddp", options="", backend="auto")] if args.compare_ddp else [main]
@@ -141,6 +145,17 @@ def _nproc(args: argparse.Namespace, device: str) -> int:
     return 2
 
 
+def _plan(configs: list[RunConfig], world_size: int) -> None:
+    """Resolve every run's options against the probed backends, as each rank will."""
+    from .backends import Placement, resolve
+    from .options import parse_options
+
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    placement = Placement(world_size=world_size, local_world_size=local, device=configs[0].device)
+    for config in configs:
+        resolve(parse_options(config.options), config.backend, placement)
+
+
 def _setup(configs: list[RunConfig], world_size: int) -> dict[str, Any]:
     from .models import build_model, count_parameters
 
@@ -156,55 +171,25 @@ def _setup(configs: list[RunConfig], world_size: int) -> dict[str, Any]:
     }
 
 
-def _report(configs: list[RunConfig], world_size: int, runs: list[RunResult]) -> dict[str, Any]:
-    reference = runs[1] if len(runs) > 1 else None
-    return build_report(_setup(configs, world_size), runs[:1], reference)
-
-
 # --------------------------------------------------------------------------- launchers
 
 
-class _RankFailed(RuntimeError):
-    """This rank (under torchrun) raised; the message names it."""
+def _launch(configs: list[RunConfig], nproc: int, timeout: float, collective_timeout: float) -> list[RunResult]:
+    """Every run, merged across ranks.
 
-
-def _run_local(configs: list[RunConfig], nproc: int, timeout: float, collective_timeout: float) -> dict[str, Any]:
-    """Each run in its own fresh process group, so each rank's peak memory is its own."""
-    from .launch import spawn
+    Started locally, each run gets its own fresh process group, so each rank's peak memory
+    is its own; under torchrun this process is one rank of one job, which runs them all.
+    """
+    from .launch import launched, spawn
 
     backend = "nccl" if configs[0].device == "cuda" else "gloo"
+    jobs = [configs] if launched() else [[config] for config in configs]
     runs = []
-    for config in configs:
-        per_rank = spawn(_train_ranks, nproc, ([config],), backend=backend, timeout=timeout,
+    for job in jobs:
+        per_rank = spawn(_train_ranks, nproc, (job,), backend=backend, timeout=timeout,
                          collective_timeout=collective_timeout)
-        runs.append(_merge([outcomes[0] for outcomes in per_rank]))
-    return _report(configs, nproc, runs)
-
-
-def _run_torchrun(configs: list[RunConfig], collective_timeout: float) -> dict[str, Any] | None:
-    """Run as one rank of a torchrun job; rank 0 returns the report, the others None."""
-    import torch
-    import torch.distributed as dist
-
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    cuda = configs[0].device == "cuda"
-    if cuda:
-        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-    dist.init_process_group("nccl" if cuda else "gloo",
-                            timeout=datetime.timedelta(seconds=collective_timeout))
-    try:
-        try:
-            mine = _train_ranks(rank, world, configs)
-        except Exception as error:
-            raise _RankFailed(f"rank {rank} failed: {type(error).__name__}: {error}") from error
-        gathered: list[Any] = [None] * world if rank == 0 else []
-        dist.gather_object(mine, gathered if rank == 0 else None, dst=0)
-    finally:
-        dist.destroy_process_group()
-    if rank != 0:
-        return None
-    runs = [_merge([outcomes[i] for outcomes in gathered]) for i in range(len(configs))]
-    return _report(configs, world, runs)
+        runs += [_merge([outcomes[i] for outcomes in per_rank]) for i in range(len(job))]
+    return runs
 
 
 def _merge(per_rank: list[RunResult]) -> RunResult:

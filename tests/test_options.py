@@ -229,11 +229,59 @@ HF = [
 @pytest.mark.parametrize(("value", "fsdp", "config"), HF)
 def test_to_hf_fsdp(value: str, fsdp: str, config: dict[str, object]) -> None:
     got = parse_options(value).to_hf_fsdp()
-    assert got == (fsdp, config)
-    assert got.fsdp == fsdp and got.fsdp_config == config
+    assert (got.fsdp, got.fsdp_config) == (fsdp, config)
     if fsdp:  # the Transformers words parse back to the same stage
         assert parse_options(fsdp).stage == parse_options(value).stage or value in ("simple", "zero_dp_1")
 
+
+
+# (options, fsdp_config the current Transformers form writes, words its caveats must name)
+HF_CONFIG = [
+    ("zero_dp_3", {"version": 2, "reshard_after_forward": True, "auto_wrap_policy": "NO_WRAP"}, []),
+    ("zero_dp_2 offload", {"version": 2, "reshard_after_forward": False, "cpu_offload": True,
+                           "auto_wrap_policy": "NO_WRAP"}, []),
+    ("simple", {"version": 2, "reshard_after_forward": False, "auto_wrap_policy": "NO_WRAP"}, ["ZeRO-1"]),
+    ("zero_dp_3 auto_wrap", {"version": 2, "reshard_after_forward": True,
+                             "auto_wrap_policy": "TRANSFORMER_BASED_WRAP"}, []),
+    ("zero_dp_3 wrap=GPT2Block", {"version": 2, "reshard_after_forward": True,
+                                  "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+                                  "transformer_layer_cls_to_wrap": ["GPT2Block"]}, []),
+    ("zero_dp_3 min_num_params=1000", {"version": 2, "reshard_after_forward": True,
+                                       "auto_wrap_policy": "SIZE_BASED_WRAP", "min_num_params": 1000}, []),
+    ("hybrid_shard", {"version": 1, "reshard_after_forward": "hybrid_shard", "auto_wrap_policy": "NO_WRAP"},
+     ["FSDP1"]),
+    ("zero_dp_3 backward_prefetch=pre mixed_precision=bf16 bucket_cap_mb=50",
+     {"version": 2, "reshard_after_forward": True, "auto_wrap_policy": "NO_WRAP"},
+     ["backward_prefetch", "--bf16", "ddp_bucket_cap_mb"]),
+]
+
+
+@pytest.mark.parametrize(("value", "config", "caveat_words"), HF_CONFIG)
+def test_to_hf_fsdp_config(value: str, config: dict[str, object], caveat_words: list[str]) -> None:
+    got = parse_options(value).to_hf_fsdp_config()
+    assert got.fsdp is True and got.fsdp_config == config
+    assert got.trainer_kwargs() == {"fsdp": True, "fsdp_config": config}
+    for word in caveat_words:
+        assert any(word in caveat for caveat in got.caveats), (word, got.caveats)
+    assert bool(got.caveats) == bool(caveat_words)
+
+
+def test_to_hf_fsdp_config_off_is_no_kwargs() -> None:
+    assert parse_options("").to_hf_fsdp_config().trainer_kwargs() == {}
+
+
+@pytest.mark.parametrize("value", [v for v, _, _ in HF_CONFIG if "hybrid" not in v] + ["zero_dp_3 offload auto_wrap"])
+def test_to_hf_fsdp_config_builds_training_arguments(value: str, tmp_path: object) -> None:
+    """The installed Transformers accepts the translation and reads back the same stage."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    hf = parse_options(value).to_hf_fsdp_config()
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), use_cpu=True, **hf.trainer_kwargs())
+    plugin = args.fsdp_plugin_args
+    assert plugin["fsdp_version"] == 2
+    assert plugin["reshard_after_forward"] is hf.fsdp_config["reshard_after_forward"]
+    assert plugin.get("cpu_offload", False) is hf.fsdp_config.get("cpu_offload", False)
+    assert plugin["auto_wrap_policy"] == hf.fsdp_config["auto_wrap_policy"]
 
 DEEPSPEED = [
     ("", {"stage": 0}),

@@ -32,7 +32,6 @@ __all__ = [
     "shard_clip_grad_norm_",
 ]
 
-_FALLBACK = {"fairscale-sdp": "torch-zero", "fairscale-fsdp": "torch-fsdp1 or torch-fsdp2"}
 
 
 def fairscale_version() -> str | None:
@@ -91,8 +90,6 @@ def probe_fairscale(
         return Probe(backend, False, "torch.distributed is not available in this torch build", versions)
     mods, reason = import_fairscale(modules)
     if not mods:
-        if version is None:
-            reason += f", or use backend {_FALLBACK[backend]}"
         return Probe(backend, False, reason, versions)
     # Before 0.3.7, async broadcasts race on gloo; fixed here, once, for every user of fairscale.
     fixed = wait_for_every_collective()

@@ -14,13 +14,13 @@ import json
 import re
 from collections.abc import Callable
 
-from . import jsonspan
-from .context import Settings
-from .flags import Issue, Rewrite, rewrite_commands
-from .kinds import detect_kind
-from .report import Edit
-from .spans import SpanEdit, apply_spans
-from .text import NOT_PARSED, PythonHook
+from .. import jsonspan
+from ..context import Settings
+from ..flags import Issue, Rewrite, rewrite_commands
+from ..kinds import detect_kind
+from ..report import Edit
+from ..spans import SpanEdit, apply_spans
+from .python import NOT_PARSED, PythonHook
 
 __all__ = ["rewrite_notebook"]
 
@@ -38,7 +38,8 @@ _UNKNOWN_HINT = "edit it by hand if it passes --sharded_ddp on"
 
 
 def _shell(code: str, settings: Settings, start: int, first_line: int) -> tuple[str, list[Edit], Rewrite]:
-    found = rewrite_commands(code, start, len(code), to=settings.to, local_scripts=settings.local_scripts)
+    found = rewrite_commands(code, start, len(code), to=settings.to, local_scripts=settings.local_scripts,
+                             form=settings.fsdp_form)
     records = [Edit(first_line + code.count("\n", 0, e.start), e.rule, code[e.start:e.end], e.new, e.note)
                for e in found.edits]
     found.issues = [Issue(i.offset, i.rule, i.message, i.hint, first_line + code.count("\n", 0, i.offset))

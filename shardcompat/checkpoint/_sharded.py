@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ._atomic import atomic_directory, commit, new_temporary, recover, write_manifest
-from .checkpoint_common import (
+from .._atomic import atomic_directory, commit, new_temporary, recover, write_manifest
+from ._common import (
     MODEL,
     OPTIMIZER,
     TRAINER,
@@ -39,7 +39,7 @@ from .checkpoint_common import (
 )
 
 if TYPE_CHECKING:
-    from .prepared import Prepared
+    from ..prepared import Prepared
 
 __all__ = ["consolidate", "dcp_refusal", "load", "read_full", "save"]
 

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import torch
 import torch.distributed as dist
 
-from ._atomic import CorruptDirectory, recover, verify
+from .._atomic import CorruptDirectory, recover, verify
 
 if TYPE_CHECKING:
-    from .prepared import Prepared
+    from ..prepared import Prepared
 
 __all__ = [
     "FORMAT",
@@ -148,7 +148,7 @@ def restore_trainer(prepared: Prepared, path: Path, scheduler: Any) -> dict[str,
 
 def optimizer_kind(prepared: Prepared) -> str:
     """The class of the optimizer doing the math (inside ZeRO or OSS), e.g. ``AdamW``."""
-    from .prepared import _local_optimizer
+    from ..prepared import _local_optimizer
 
     return type(_local_optimizer(prepared.optimizer)).__name__
 

@@ -24,18 +24,16 @@ each rank's RNG (ranks beyond the saved world size keep their own RNG), and retu
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from . import checkpoint_sharded
-from ._atomic import atomic_directory
-from .checkpoint_common import (
+from .._atomic import atomic_directory
+from . import _sharded
+from ._common import (
     MODEL,
     OPTIMIZER,
     TRAINER,
@@ -56,11 +54,10 @@ from .checkpoint_common import (
 )
 
 if TYPE_CHECKING:
-    from .prepared import Prepared
+    from ..prepared import Prepared
 
 __all__ = [
     "CheckpointError",
-    "add_checkpoint_command",
     "consolidate",
     "load_checkpoint",
     "read_manifest",
@@ -91,7 +88,7 @@ def save_checkpoint(
         "extra": dict(extra),
     }
     if sharded:
-        checkpoint_sharded.save(prepared, target, trainer)
+        _sharded.save(prepared, target, trainer)
         return target
     group = prepared.placement.process_group
     model = prepared.full_state_dict(rank0_only=True)
@@ -125,15 +122,15 @@ def load_checkpoint(
     group = prepared.placement.process_group
     manifest = share(rank0_decides(lambda: open_checkpoint(source), group), group)
     sharded = manifest["kind"] == "sharded"
-    if sharded and checkpoint_sharded.dcp_refusal(prepared) is None:
-        return checkpoint_sharded.load(prepared, source, manifest, scheduler)
+    if sharded and _sharded.dcp_refusal(prepared) is None:
+        return _sharded.load(prepared, source, manifest, scheduler)
     # The full format, or shards this backend cannot take directly: every rank reads it all.
     expected = shape_table(prepared.full_state_dict(rank0_only=True))  # collective
     rank0_decides(
         lambda: _validate_full(prepared, source, manifest, expected, scheduler, sharded), group
     )
     if sharded:
-        model, optim = checkpoint_sharded.read_full(source)
+        model, optim = _sharded.read_full(source)
     else:
         model, optim = load_torch(source / MODEL), load_torch(source / OPTIMIZER)
     prepared.load_full_state_dict(model)
@@ -178,62 +175,9 @@ def _validate_full(
         raise CheckpointError(f"the optimizer state in {path} does not fit: " + "; ".join(problems))
 
 
-
-
-
-
-
-
-
-
 def consolidate(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> Path:
     """Turn the sharded checkpoint ``src`` into a full one at ``dst`` (one process, no process group).
 
     Needs memory for one full copy of the model and optimizer state.
     """
-    return checkpoint_sharded.consolidate(Path(src), Path(dst))
-
-
-# ---------------------------------------------------------------------- CLI
-def add_checkpoint_command(subparsers: Any) -> argparse.ArgumentParser:
-    """Add ``checkpoint consolidate SRC DST`` and ``checkpoint verify PATH`` to a CLI.
-
-    ``subparsers`` is what ``ArgumentParser.add_subparsers()`` returned; each command sets
-    ``run(args) -> int`` on the parsed namespace, as every ``shardcompat`` command does.
-    """
-    parser: argparse.ArgumentParser = subparsers.add_parser(
-        "checkpoint", help="inspect and convert shardcompat checkpoints"
-    )
-    sub = parser.add_subparsers(dest="checkpoint_command", required=True)
-    cons = sub.add_parser("consolidate", help="turn a sharded checkpoint into the full format")
-    cons.add_argument("src", type=Path, help="the sharded checkpoint directory")
-    cons.add_argument("dst", type=Path, help="where to write the full checkpoint")
-    cons.set_defaults(run=_cli_consolidate)
-    ver = sub.add_parser("verify", help="check a checkpoint's files against its manifest")
-    ver.add_argument("path", type=Path)
-    ver.set_defaults(run=_cli_verify)
-    return parser
-
-
-def _cli_consolidate(args: argparse.Namespace) -> int:
-    try:
-        written = consolidate(args.src, args.dst)
-    except CheckpointError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    print(f"wrote full checkpoint {written}")
-    return 0
-
-
-def _cli_verify(args: argparse.Namespace) -> int:
-    try:
-        manifest = read_manifest(args.path)
-    except CheckpointError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    print(
-        f"{args.path}: {manifest['kind']} checkpoint, step {manifest['step']}, saved by "
-        f"{manifest['backend']} '{manifest['options']}' on {manifest['world_size']} ranks, "
-        f"{len(manifest['files'])} files verified"
-    )
-    return 0
+    return _sharded.consolidate(Path(src), Path(dst))
