@@ -89,9 +89,14 @@ def reliability(session: nox.Session) -> None:
 
 @nox.session
 def gpu(session: nox.Session) -> None:
-    """The gpu-marked tests; run on a machine with CUDA (torch 2.14.1 is a CUDA build)."""
-    _install(session, torch="2.14.1")
+    """On a machine with CUDA: the gpu-marked tests, then benchmarks/gpu_check.py's table.
+
+    torch 2.14.1 from PyPI is a CUDA build; fairscale is installed so its CUDA paths (real
+    streams, pinned memory, the sharded grad scaler) run too.  See docs/performance.md.
+    """
+    _install(session, torch="2.14.1", fairscale=FAIRSCALE_VERSIONS[-1])
     _pytest(session, "-m", "gpu", "-ra")
+    session.run("python", "-m", "benchmarks.gpu_check")
 
 
 @nox.session(venv_backend="none")

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .memory import StateBytes
+from .memory import StateBytes, off_model_reason
 
 __all__ = ["RankResult", "RunResult", "build_report", "format_bytes", "render_table"]
 
@@ -103,6 +103,11 @@ def render_table(report: dict[str, Any]) -> str:
     widths = [max(len(row[i]) for row in table) for i in range(len(_COLUMNS))]
     lines.append("")
     lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
+    for run in report["runs"]:  # why a run's state is off the ZeRO model, when it is
+        note = off_model_reason(run["options"], run["backend"], report["world_size"], model["parameters"],
+                                max(r["total"] for r in run["ranks"]), device=report["device"])
+        if note:
+            lines.append(f"{run['label']} on {run['backend']}: {note}")
     if "max_loss_diff" in report:
         lines.append(f"\nlargest loss difference vs plain DDP: {report['max_loss_diff']:.3g}")
     legend = "state = bytes of unique storages this rank holds"
