@@ -119,4 +119,4 @@ def render_table(report: dict[str, Any]) -> str:
 
 def _served_by(run: dict[str, Any]) -> str:
     """The backend, or for a run without sharding what really serves it: torch's DDP."""
-    return str(run["backend"]) if run["options"] else "torch DDP"
+    return str(run["backend"]) if run["options"] else "torch-ddp"
