@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from shardcompat.memory import plan_stage, zero_model_bytes, zero_model_host_bytes
-from shardcompat.models import ModelConfig, build_model, count_parameters
 from shardcompat.options import BACKEND_NAMES, parse_options
-from shardcompat.report import format_bytes
+from shardcompat.train.models import ModelConfig, build_model, count_parameters
+from shardcompat.train.report import format_bytes
 
 # Big enough that optimizer state, not activations or cuBLAS workspaces, dominates memory.
 MODEL = ModelConfig(kind="gpt", layers=4, dim=512, heads=8, vocab=512, seq_len=32)

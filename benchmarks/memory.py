@@ -23,9 +23,9 @@ from typing import Any
 
 from shardcompat.launch import spawn
 from shardcompat.memory import UNEXPLAINED, off_model_reason, zero_model_bytes
-from shardcompat.models import ModelConfig, build_model, count_parameters
 from shardcompat.options import parse_options
-from shardcompat.report import format_bytes
+from shardcompat.train.models import ModelConfig, build_model, count_parameters
+from shardcompat.train.report import format_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 OPTIONS = ("", "simple", "zero_dp_1", "zero_dp_2", "zero_dp_3", "zero_dp_3 auto_wrap", "zero_dp_3 offload",

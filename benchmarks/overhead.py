@@ -42,9 +42,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from shardcompat import data
 from shardcompat.launch import spawn
-from shardcompat.models import GPTBlock, ModelConfig, build_model, count_parameters
+from shardcompat.train import data
+from shardcompat.train.models import GPTBlock, ModelConfig, build_model, count_parameters
 
 TARGET = 1.02
 METHODS = ("__call__", "backward", "step", "zero_grad", "no_sync", "clip_grad_norm_")

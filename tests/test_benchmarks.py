@@ -72,7 +72,7 @@ def test_gpu_check_mixed_precision_rides_on_each_backends_deepest_stage() -> Non
 def test_gpu_check_run_path_on_cpu() -> None:
     """The script's own plumbing (process groups, per-case results, a failing case, the table)
     on 2 gloo CPU ranks with a tiny model: only CUDA itself is missing."""
-    from shardcompat.models import ModelConfig
+    from shardcompat.train.models import ModelConfig
 
     world = gpu_check.World(2, "gloo", False, device="cpu")
     rows = [gpu_check.Row(world, "torch-zero", "plain DDP", ""),

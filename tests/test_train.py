@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from shardcompat import train
-from shardcompat.report import render_table
+from shardcompat.train.report import render_table
 
 FP32_TOL = 1e-5  # max abs loss difference against plain DDP (the adapter tests' tolerance)
 SIZE_TOL = 0.02  # relative: a few hundred bytes of per-tensor optimizer steps and padding
@@ -176,7 +176,7 @@ def _processes_with(marker: str) -> list[int]:
 # makes building the model fail on rank 1 only.
 _FAULT = """
 import os
-import shardcompat.models as models
+import shardcompat.train.models as models
 
 real = models.build_model
 

@@ -27,8 +27,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from .arguments import add_sharded_ddp_argument
-from .options import BACKEND_CHOICES, ShardingOptions
+from ..arguments import add_sharded_ddp_argument
+from ..options import BACKEND_CHOICES, ShardingOptions
 from .report import RankResult, RunResult, build_report, render_table
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     fails here in a second with exit 2 and no traceback; tracebacks are for crashes inside
     training.
     """
-    from .launch import WorkerFailed, WorkerTimeout, launched
+    from ..launch import WorkerFailed, WorkerTimeout, launched
 
     try:
         configs = _configs(args)
@@ -147,8 +147,8 @@ def _nproc(args: argparse.Namespace, device: str) -> int:
 
 def _plan(configs: list[RunConfig], world_size: int) -> None:
     """Resolve every run's options against the probed backends, as each rank will."""
-    from .backends import Placement, resolve
-    from .options import parse_options
+    from ..backends import Placement, resolve
+    from ..options import parse_options
 
     local = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
     placement = Placement(world_size=world_size, local_world_size=local, device=configs[0].device)
@@ -180,7 +180,7 @@ def _launch(configs: list[RunConfig], nproc: int, timeout: float, collective_tim
     Started locally, each run gets its own fresh process group, so each rank's peak memory
     is its own; under torchrun this process is one rank of one job, which runs them all.
     """
-    from .launch import launched, spawn
+    from ..launch import launched, spawn
 
     backend = "nccl" if configs[0].device == "cuda" else "gloo"
     jobs = [configs] if launched() else [[config] for config in configs]
@@ -216,7 +216,7 @@ def train_rank(rank: int, world_size: int, config: RunConfig) -> RunResult:
 
     import shardcompat
 
-    from .memory import peak_rss, reset_peak_rss
+    from ..memory import peak_rss, reset_peak_rss
     from .models import build_model
 
     cuda = config.device == "cuda"
@@ -257,8 +257,8 @@ def train_rank(rank: int, world_size: int, config: RunConfig) -> RunResult:
 def _step(prepared: Any, config: RunConfig, rank: int, step: int, device: Any,
           snapshots: dict[str, Any] | None) -> Any:
     """One optimizer step; with ``snapshots``, the state held after each phase of it."""
+    from ..memory import count_state
     from . import data
-    from .memory import count_state
 
     def snapshot(phase: str) -> None:
         if snapshots is not None:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .memory import StateBytes, off_model_reason
+from ..memory import StateBytes, off_model_reason
 
 __all__ = ["RankResult", "RunResult", "build_report", "format_bytes", "render_table"]
 
