@@ -105,9 +105,14 @@ def transformers(session: nox.Session, transformers: str) -> None:
 
 @nox.session
 def gpu(session: nox.Session) -> None:
-    """The gpu-marked tests; run on a machine with CUDA (torch 2.14.1 is a CUDA build)."""
-    _install(session, torch="2.14.1")
+    """On a machine with CUDA: the gpu-marked tests, then benchmarks/gpu_check.py's table.
+
+    torch 2.14.1 from PyPI is a CUDA build; fairscale is installed so its CUDA paths (real
+    streams, pinned memory, the sharded grad scaler) run too.  See docs/performance.md.
+    """
+    _install(session, torch="2.14.1", fairscale=FAIRSCALE_VERSIONS[-1])
     _pytest(session, "-m", "gpu", "-ra")
+    session.run("python", "-m", "benchmarks.gpu_check")
 
 
 @nox.session(venv_backend="none")
@@ -127,5 +132,7 @@ def docs(session: nox.Session) -> None:
 @nox.session
 def lint(session: nox.Session) -> None:
     session.install("ruff", "mypy", f"torch=={DEFAULT_TORCH}", "-e", ".[test]")
-    session.run("ruff", "check", "shardcompat", "codemods", "tests", "benchmarks", "noxfile.py")
+    session.run("ruff", "check", "shardcompat", "codemods", "tests", "benchmarks", "examples", ".ci",
+                "noxfile.py")
     session.run("mypy")
+    session.run("mypy", "examples", ".ci/import_all.py")

@@ -5,19 +5,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["Settings", "Target", "needles"]
+__all__ = ["FsdpForm", "Settings", "Target", "fsdp_form_for", "needles"]
 
-#: The target syntax: the list syntax or modern Transformers ``--fsdp``.
+#: The target syntax: the list syntax or Transformers' FSDP arguments.
 Target = Literal["list", "fsdp"]
+#: How ``--to fsdp`` writes FSDP: ``fsdp=True`` plus an ``fsdp_config`` dict (current
+#: Transformers) or the 4.x ``--fsdp "full_shard offload auto_wrap"`` words.
+FsdpForm = Literal["config", "string"]
 
 
 @dataclass(frozen=True)
 class Settings:
-    """``to``: the target syntax; ``local_scripts``: script names that define their own boolean
-    ``--sharded_ddp`` (commands running them are held for review); ``fairscale_imports``:
-    also rewrite fairscale imports."""
+    """``to``: the target syntax (``fsdp_form``: which FSDP form); ``local_scripts``: script
+    names that define their own boolean ``--sharded_ddp`` (commands running them are held for
+    review); ``fairscale_imports``: also rewrite fairscale imports; ``legacy``: apply the
+    ``--sharded_ddp`` rules."""
 
     to: Target = "list"
+    fsdp_form: FsdpForm = "config"
     local_scripts: frozenset[str] = frozenset()
     fairscale_imports: bool = False
     legacy: bool = True
@@ -27,3 +32,17 @@ def needles(settings: Settings) -> tuple[bytes, ...]:
     """The byte strings a file must contain to be looked at (the prefilter)."""
     found = [b"sharded_ddp"] if settings.legacy else []
     return (*found, b"fairscale") if settings.fairscale_imports else tuple(found)
+
+
+def fsdp_form_for(transformers: str | None) -> FsdpForm:
+    """The FSDP form for a target Transformers release: the 4.x ``--fsdp`` words before 5.0
+    (``--transformers 4.40``), else ``fsdp=True`` with ``fsdp_config`` (the default)."""
+    if not transformers:
+        return "config"
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return "string" if Version(transformers) < Version("5") else "config"
+    except InvalidVersion as error:
+        raise ValueError(f"--transformers {transformers!r}: not a version number; "
+                         "give the release to migrate for, e.g. 4.40") from error

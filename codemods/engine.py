@@ -1,4 +1,4 @@
-"""Rewrite one file: detect its kind, run the rewriters, check the result parses, build the diff.
+"""Rewrite one file: run its format's rewriter, check the result parses, build the diff.
 
 Runs in worker processes; libcst is imported only when a Python file or notebook needs it.
 """
@@ -11,10 +11,18 @@ from dataclasses import dataclass, replace
 from .context import Settings, needles
 from .flags import Rewrite
 from .report import Edit, FileReport, Finding
-from .spans import LineIndex, SpanEdit, apply_spans, decode, drop_marked, file_skipped, marker_lines
-from .text import NOT_PARSED, PythonHook
+from .spans import (
+    LineIndex,
+    SpanEdit,
+    apply_spans,
+    decode,
+    drop_marked,
+    file_skipped,
+    marker_lines,
+    one_line,
+)
 
-__all__ = ["Job", "process_file", "python_hook"]
+__all__ = ["Job", "process_file"]
 
 
 @dataclass(frozen=True)
@@ -29,38 +37,6 @@ class Job:
     reason: str = ""
 
 
-def _commands(settings: Settings) -> list[type]:
-    from .fairscale_imports import FairscaleImportsCommand
-    from .python_legacy import MigrateShardedDDP
-
-    return ([MigrateShardedDDP] if settings.legacy else []) + (
-        [FairscaleImportsCommand] if settings.fairscale_imports else [])
-
-
-def python_hook(settings: Settings) -> PythonHook:
-    """The Python rules for snippets inside other files (notebook cells, Markdown blocks)."""
-
-    def hook(code: str, first_line: int) -> Rewrite:
-        import libcst
-
-        from .flags import Issue
-        from .python_legacy import migrate_python
-
-        try:
-            outcome = migrate_python(code, settings, _commands(settings))
-        except libcst.ParserSyntaxError as error:
-            return Rewrite(issues=[Issue(0, NOT_PARSED, f"Python snippet does not parse "
-                                         f"({str(error).splitlines()[0]}); left as is", line=first_line)])
-        shift = first_line - 1
-        result = Rewrite(issues=[Issue(0, w.rule, w.message, w.hint, w.line + shift) for w in outcome.warnings])
-        if outcome.code != code:
-            records = tuple(replace(e, line=e.line + shift) for e in outcome.edits)
-            result.edits.append(SpanEdit(0, len(code), str(outcome.code), "python", records=records))
-        return result
-
-    return hook
-
-
 def _diff(path: str, old: bytes, new: bytes) -> str:
     a = old.decode("utf-8", "replace").splitlines(keepends=True)
     b = new.decode("utf-8", "replace").splitlines(keepends=True)
@@ -70,51 +46,24 @@ def _diff(path: str, old: bytes, new: bytes) -> str:
     return "".join(lines)
 
 
-def _python(job: Job, data: bytes, report: FileReport) -> bytes | None:
-    import libcst
-
-    from .python_legacy import migrate_python
-
-    try:
-        outcome = migrate_python(data, job.settings, _commands(job.settings))
-    except libcst.ParserSyntaxError as error:
-        report.error = f"does not parse as Python: {str(error).splitlines()[0]}"
-        return None
-    report.edits += outcome.edits
-    report.warnings += outcome.warnings
-    new = outcome.code
-    assert isinstance(new, bytes)
-    if new != data:
-        try:
-            libcst.parse_module(new)
-        except libcst.ParserSyntaxError as error:
-            report.error = f"the rewrite would not parse ({error}); not written"
-            return None
-        return new
-    return None
-
-
 def _text_rewrite(job: Job, text: str) -> Rewrite:
-    from . import config, notebook
-    from . import text as text_kinds
+    from .formats import config, markdown, notebook, python, shell
 
     settings, kind = job.settings, job.kind
     if kind in ("shell", "makefile"):
-        return text_kinds.rewrite_shell(text, settings)
+        return shell.rewrite_shell(text, settings)
     if kind == "dockerfile":
-        return text_kinds.rewrite_dockerfile(text, settings)
+        return shell.rewrite_dockerfile(text, settings)
     if kind == "markdown":
-        return text_kinds.rewrite_markdown(text, settings, python_hook(settings))
+        return markdown.rewrite_markdown(text, settings, python.python_hook(settings))
     if kind == "rst":
-        return text_kinds.rewrite_rst(text, settings, python_hook(settings))
+        return markdown.rewrite_rst(text, settings, python.python_hook(settings))
     if kind == "notebook":
-        return notebook.rewrite_notebook(text, settings, python_hook(settings))
+        return notebook.rewrite_notebook(text, settings, python.python_hook(settings))
     if kind == "json":
         return config.rewrite_json(text, settings)
     if kind == "yaml":
-        found = config.rewrite_keys(text, "yaml", settings)
-        found.extend(text_kinds.rewrite_yaml_steps(text, settings))
-        return found
+        return config.rewrite_yaml(text, settings)
     return config.rewrite_keys(text, kind, settings)
 
 
@@ -124,12 +73,14 @@ def _records(edits: list[SpanEdit], text: str, index: LineIndex) -> list[Edit]:
         if edit.records:
             out += [r for r in edit.records if isinstance(r, Edit)]
         else:
-            out.append(Edit(index.line(edit.start), edit.rule, text[edit.start:edit.end], edit.new, edit.note))
+            out.append(Edit(index.line(edit.start), edit.rule, one_line(text[edit.start:edit.end]),
+                            one_line(edit.new), edit.note))
     return out
 
 
 def _text(job: Job, data: bytes, report: FileReport) -> bytes | None:
-    from . import config, jsonspan
+    from . import jsonspan
+    from .formats import config
 
     decoded = decode(data)
     text = decoded.text
@@ -163,8 +114,20 @@ def _text(job: Job, data: bytes, report: FileReport) -> bytes | None:
     return decoded.encode(new_text)
 
 
+def _rewrite(job: Job, data: bytes, settings: Settings, report: FileReport) -> bytes | None:
+    if job.kind == "python":
+        from .formats.python import rewrite_python
+
+        return rewrite_python(data, settings, report)
+    return _text(replace(job, settings=settings), data, report)
+
+
 def process_file(job: Job) -> FileReport:
-    """Everything for one file; never raises for a bad file (the error is in the report)."""
+    """Everything for one file; never raises for a bad file (the error is in the report).
+
+    A file held for review (``job.scope != "edit"``) keeps its ``--sharded_ddp`` edits as
+    review findings; its fairscale imports, which are their own evidence, are still rewritten.
+    """
     report = FileReport(job.display, job.kind, scope=job.scope)
     try:
         with open(job.path, "rb") as handle:
@@ -174,13 +137,20 @@ def process_file(job: Job) -> FileReport:
         return report
     if not any(n in data for n in needles(job.settings)):
         return report
-    new = _python(job, data, report) if job.kind == "python" else _text(job, data, report)
-    if job.scope != "edit":
-        report.review, report.edits = report.review + report.edits, []
+    if job.scope == "edit":
+        new = _rewrite(job, data, job.settings, report)
+    else:
+        new = None
+        if job.settings.fairscale_imports:
+            new = _rewrite(job, data, replace(job.settings, legacy=False), report)
+        held = FileReport(job.display, job.kind)
+        _rewrite(job, data, replace(job.settings, fairscale_imports=False), held)
+        report.review += held.edits
+        report.warnings += held.warnings
+        report.error = report.error or held.error
         if job.reason and report.review:
             report.warnings.insert(0, Finding(0, "scope", f"not edited: {job.reason}",
                                               "rerun with --scope all to edit it"))
-        new = None
     if new is not None and new != data and report.error is None:
         report.new_data = new
         report.diff = _diff(job.display, data, new)

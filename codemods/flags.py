@@ -13,16 +13,19 @@ The contract, for a flag not already in the list syntax:
 - ``true``/``1``/``yes`` (space or ``=`` form) becomes ``simple``;
 - ``false``/``0``/``no`` is removed together with the flag;
 - list values (``zero_dp_2``, ``"zero_dp_3 offload"``) are left alone;
-- with ``to="fsdp"`` everything becomes modern Transformers' ``--fsdp`` words.
+- with ``to="fsdp"`` everything becomes Transformers' FSDP arguments: ``--fsdp`` with an
+  ``--fsdp_config`` JSON (``ShardingOptions.to_hf_fsdp_config()``, the current form), or the
+  4.x ``--fsdp`` words (``form="string"``, ``ShardingOptions.to_hf_fsdp()``).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from .context import Target
+from .context import FsdpForm, Target
 from .spans import SpanEdit
 
 if TYPE_CHECKING:
@@ -53,10 +56,6 @@ PLACEHOLDER = "\ue000"
 
 _TRUE = frozenset({"true", "1", "yes"})
 _FALSE = frozenset({"false", "0", "no"})
-SIMPLE_NOTE = (
-    "'simple' (fairscale ShardedDDP) has no --fsdp equivalent; shard_grad_op (ZeRO-2) is the "
-    "nearest mode"
-)
 #: The hint printed with each kind of warning.
 HINTS = {
     "unknown-value": "write the value in the list syntax, e.g. 'simple' or 'zero_dp_2'",
@@ -65,6 +64,9 @@ HINTS = {
     "fsdp-manual": "translate by hand: --fsdp takes the words, --fsdp_config the settings",
     "comparison": "compare the parsed options instead: bool(shardcompat.parse_options(x.sharded_ddp))",
     "argv-layout": "edit this argv list by hand, as the argv rules say (e.g. add a 'simple' element)",
+    "bare-flag": "where it goes on a command line write '--sharded_ddp simple'; where it names the option, "
+    "mark the line '# shardcompat: skip'",
+    "fsdp-config-exists": "merge the settings into the fsdp_config that is already there",
 }
 _FLAG_RE = re.compile(r"(?<![\w-])--sharded_ddp(?![\w-])")
 _BLANK = re.compile(r"(?:[ \t]|\\\r?\n)*")
@@ -83,10 +85,15 @@ _LAUNCHERS = frozenset({"python", "python3", "torchrun", "accelerate", "deepspee
 
 @dataclass(frozen=True)
 class Meaning:
-    """What a ``--sharded_ddp`` value means: a legacy boolean, list syntax, or unknown."""
+    """What a ``--sharded_ddp`` value means: a legacy boolean, list syntax, or unknown
+    (``problem`` then says why, in the grammar's words when the grammar refused it)."""
 
     kind: Literal["true", "false", "list", "unknown"]
     options: ShardingOptions | None = None
+    problem: str = ""
+
+
+_NOT_LITERAL = "not a literal value this tool understands"
 
 
 def meaning(value: str | bool | None) -> Meaning:
@@ -101,40 +108,50 @@ def meaning(value: str | bool | None) -> Meaning:
     if word.lower() in _FALSE:
         return Meaning("false")
     if PLACEHOLDER in word or word.startswith(("$", "{", "%", "`")):
-        return Meaning("unknown")
+        return Meaning("unknown", problem=_NOT_LITERAL)
     from shardcompat.options import ShardingOptionsError, parse_options
 
     try:
         return Meaning("list", parse_options(word))
-    except ShardingOptionsError:
-        return Meaning("unknown")
+    except ShardingOptionsError as error:  # "'offload' can't work on its own; it needs ..."
+        return Meaning("unknown", problem=str(error).split(" Valid:", 1)[0].rstrip(";. "))
 
 
 @dataclass(frozen=True)
 class Translation:
-    """The new value (``None``: leave as is), whether the flag goes away, and a report note."""
+    """The new value (``None``: leave as is), whether the flag goes away, and a report note.
+
+    With ``--to fsdp`` in the current form, ``value`` is ``"true"`` and ``fsdp_config`` the
+    dict Transformers reads its FSDP settings from; ``note`` then says what is not equivalent.
+    """
 
     value: str | None
     drop: bool = False
     rule: str = ""
     note: str = ""
     problem: str = ""
+    fsdp_config: dict[str, Any] | None = None
 
 
-def translate(found: Meaning, to: Target) -> Translation:
-    """What a value becomes under the list syntax or modern ``--fsdp``."""
+def translate(found: Meaning, to: Target, form: FsdpForm = "config") -> Translation:
+    """What a value becomes under the list syntax or Transformers' FSDP arguments: ``fsdp=True``
+    with an ``fsdp_config`` dict (``form="config"``, current releases) or the 4.x ``--fsdp``
+    words (``form="string"``)."""
     if found.kind == "unknown":
-        return Translation(None, rule="unknown-value", problem="not a literal value this tool understands")
+        return Translation(None, rule="unknown-value", problem=found.problem or _NOT_LITERAL)
     if found.kind == "false":
         return Translation("", drop=True, rule="legacy-false")
     if to == "list":
         return Translation("simple", rule="legacy-true") if found.kind == "true" else Translation(None)
-    if found.kind == "true":
-        return Translation("shard_grad_op", rule="to-fsdp", note=SIMPLE_NOTE)
-    options = found.options
+    from shardcompat.options import ShardingOptions, Stage
+
+    options = found.options if found.kind == "list" else ShardingOptions(stage=Stage.SIMPLE)
     assert options is not None
     if not options:
-        return Translation("", rule="to-fsdp")
+        return Translation("", drop=True, rule="to-fsdp")
+    if form == "config":
+        hf = options.to_hf_fsdp_config()
+        return Translation("true", rule="to-fsdp", note="; ".join(hf.caveats), fsdp_config=dict(hf.fsdp_config))
     hf = options.to_hf_fsdp()
     lost = [name for name in ("bucket_cap_mb", "mixed_precision") if getattr(options, name) is not None]
     if hf.fsdp_config or lost or options.backend != "auto":
@@ -142,8 +159,12 @@ def translate(found: Meaning, to: Target) -> Translation:
             f"'{options}' needs settings that --fsdp cannot carry on the command line "
             f"({', '.join(sorted(hf.fsdp_config) + lost) or 'backend='}); move them to --fsdp_config"
         ))
-    note = SIMPLE_NOTE if options.stage is not None and options.stage.value in ("simple", "zero_dp_1") else ""
-    return Translation(hf.fsdp, rule="to-fsdp", note=note)
+    return Translation(str(hf.fsdp), rule="to-fsdp", note="; ".join(hf.caveats))
+
+
+def fsdp_json(config: dict[str, Any]) -> str:
+    """An ``fsdp_config`` dict as the JSON text Transformers reads from a command line."""
+    return json.dumps(config, separators=(", ", ": "))
 
 
 # --------------------------------------------------------------------------- argv lists
@@ -153,20 +174,30 @@ def translate(found: Meaning, to: Target) -> Translation:
 class ArgvAction:
     """What to do with ``"--sharded_ddp"`` in an argv list.
 
-    ``kind``: ``insert`` a new value element after the flag, ``replace`` the value element,
-    ``drop`` the flag and its value element(s), ``leave`` it, or ``warn`` (left as is).
-    ``flag`` is the new flag element text, ``value`` the new value text.
+    ``kind``: ``insert`` new value elements after the flag, ``replace`` the value element (by
+    the first of ``values``, the others inserted after it), ``drop`` the flag and its value
+    element(s), ``leave`` it, or ``warn`` (left as is).  ``flag`` is the new flag element.
     """
 
     kind: Literal["insert", "replace", "drop", "leave", "warn"]
     flag: str = FLAG
-    value: str = ""
+    values: tuple[str, ...] = ()
     rule: str = ""
     note: str = ""
     problem: str = ""
 
 
-def argv_action(next_value: str | None, to: Target, *, opaque: bool = False) -> ArgvAction:
+def _argv_values(plan: Translation) -> tuple[str, ...]:
+    """The elements that carry a translated value: the value, or ``--fsdp_config`` and its JSON
+    after a bare ``--fsdp``."""
+    if plan.fsdp_config is not None:
+        return ("--fsdp_config", fsdp_json(plan.fsdp_config))
+    assert plan.value is not None
+    return (plan.value,)
+
+
+def argv_action(next_value: str | None, to: Target, *, opaque: bool = False,
+                form: FsdpForm = "config") -> ArgvAction:
     """Decide for a flag element followed by ``next_value``.
 
     ``next_value`` is the next literal element (``None`` when the flag is last); ``opaque``
@@ -179,7 +210,7 @@ def argv_action(next_value: str | None, to: Target, *, opaque: bool = False) -> 
         found, insert = Meaning("true"), True
     else:
         found, insert = meaning(next_value), False
-    result = translate(found, to)
+    result = translate(found, to, form)
     if result.problem:
         return ArgvAction("warn", rule=result.rule, problem=result.problem)
     if result.drop:
@@ -188,7 +219,7 @@ def argv_action(next_value: str | None, to: Target, *, opaque: bool = False) -> 
         return ArgvAction("leave")
     kind: Literal["insert", "replace"] = "insert" if insert else "replace"
     rule = "to-fsdp" if to == "fsdp" else f"argv-{kind}"
-    return ArgvAction(kind, new_flag, result.value, rule, result.note)
+    return ArgvAction(kind, new_flag, _argv_values(result), rule, result.note)
 
 
 # --------------------------------------------------------------------------- command text
@@ -293,13 +324,17 @@ def rewrite_commands(
     quote: str = '"',
     prose_guard: bool = False,
     local_scripts: frozenset[str] = frozenset(),
+    form: FsdpForm = "config",
+    split_words: bool = False,
 ) -> Rewrite:
     """Span edits for every legacy ``--sharded_ddp`` in the shell text ``text[start:end]``.
 
     ``quote`` is used when a new multi-word value needs quoting; ``prose_guard`` keeps only
     segments that look like command lines (for string literals and inline code);
     ``local_scripts`` are script names whose own ``--sharded_ddp`` is a local boolean: edits
-    in commands that run them are held back for review.
+    in commands that run them are held back for review; ``form`` is the FSDP form of
+    ``to="fsdp"``; ``split_words``: the text is split on whitespace, not by a shell (a Python
+    ``"...".split()``), so an ``fsdp_config`` JSON is written compact and unquoted.
     """
     stop = len(text) if end is None else end
     result = Rewrite()
@@ -309,7 +344,7 @@ def rewrite_commands(
         segment = text[a:b]
         if FLAG not in segment or _quiet(segment) or (prose_guard and not looks_like_command(segment)):
             continue
-        found = _rewrite_segment(text, a, b, to, quote)
+        found = _rewrite_segment(text, a, b, to, quote, form, split_words)
         if local_scripts and any(name in segment for name in local_scripts):
             found.review, found.edits = found.edits, []
         result.extend(found)
@@ -358,7 +393,34 @@ def _find_value(text: str, fe: int, b: int) -> tuple[int, int, int, int] | None:
     return (pos, *value)
 
 
-def _rewrite_segment(text: str, a: int, b: int, to: Target, quote: str) -> Rewrite:
+def _quote_context(text: str, a: int, pos: int) -> str:
+    """The shell quote ``text[pos]`` sits inside (``'``, ``"`` or ``""``), from ``a`` on."""
+    quote = ""
+    i = a
+    while i < pos:
+        c = text[i]
+        if c == "\\" and quote != "'":
+            i += 1
+        elif quote and c == quote:
+            quote = ""
+        elif not quote and c in "'\"":
+            quote = c
+        i += 1
+    return quote
+
+
+def _shell_json(config: dict[str, Any], context: str) -> str:
+    """``fsdp_config`` JSON as one shell word, quoted to survive where it is written."""
+    text = fsdp_json(config)
+    if context == "'":  # inside '...': the inner shell reads a double-quoted word
+        return '"' + text.replace('"', '\\"') + '"'
+    if context == '"':  # inside "...": single quotes are literal, double quotes escaped
+        return "'" + text.replace('"', '\\"') + "'"
+    return "'" + text + "'"
+
+
+def _rewrite_segment(text: str, a: int, b: int, to: Target, quote: str, form: FsdpForm,
+                     split_words: bool) -> Rewrite:
     result = Rewrite()
     new_flag = FSDP_FLAG if to == "fsdp" else FLAG
     for match in _FLAG_RE.finditer(text, a, b):
@@ -375,13 +437,18 @@ def _rewrite_segment(text: str, a: int, b: int, to: Target, quote: str) -> Rewri
             if to == "fsdp" and not quoted and text[pos - 1] != "=":
                 vend = ve = _extend_words(text, ve, b)
             raw = text[vs:ve]
-        plan = translate(meaning(raw), to)
+        plan = translate(meaning(raw), to, form)
         if plan.problem:
             result.issues.append(Issue(fs, plan.rule, f"--sharded_ddp {raw}: {plan.problem}",
                                        HINTS[plan.rule]))
         elif plan.drop:
             start, stop = _removal(text, fs, vend, a, b)
             result.edits.append(SpanEdit(start, stop, "", "flag-false"))
+        elif plan.fsdp_config is not None:
+            config = (json.dumps(plan.fsdp_config, separators=(",", ":")) if split_words
+                      else _shell_json(plan.fsdp_config, _quote_context(text, a, fs)))
+            result.edits.append(SpanEdit(fs, fe if value is None else vend,
+                                         f"{new_flag} --fsdp_config {config}", "to-fsdp", plan.note))
         elif plan.value is not None:
             new_value = plan.value
             if " " in new_value and not quoted:
@@ -440,43 +507,47 @@ def _removal(text: str, fs: int, vend: int, a: int, b: int) -> tuple[int, int]:
 class ArgvStep:
     """One change to an argv list, by element index.
 
-    ``set`` maps indices to new element values, ``insert_after`` adds ``(index, value)``
+    ``set`` maps indices to new element values, ``insert_after`` adds ``(index, values)``
     elements, ``drop`` removes indices; ``problem`` (with ``rule``) means: leave it, warn.
     """
 
     index: int
     rule: str
     set: dict[int, str] = field(default_factory=dict)
-    insert_after: tuple[int, str] | None = None
+    insert_after: tuple[int, tuple[str, ...]] | None = None
     drop: tuple[int, ...] = ()
     note: str = ""
     problem: str = ""
 
 
-def plan_argv(items: list[str | None], to: Target) -> list[ArgvStep]:
+def plan_argv(items: list[str | None], to: Target, form: FsdpForm = "config") -> list[ArgvStep]:
     """The steps for a list of argv elements (``None`` marks a non-literal element)."""
     steps: list[ArgvStep] = []
     for i, item in enumerate(items):
         if item == FLAG:
             nxt = items[i + 1] if i + 1 < len(items) else ""
-            action = argv_action(nxt or None, to, opaque=nxt is None)
+            action = argv_action(nxt or None, to, opaque=nxt is None, form=form)
             if action.kind == "warn":
                 steps.append(ArgvStep(i, action.rule, problem=action.problem))
             elif action.kind == "drop":
                 steps.append(ArgvStep(i, action.rule, drop=(i, i + 1)))
             elif action.kind in ("insert", "replace"):
                 changed = {i: action.flag} if action.flag != FLAG else {}
+                first, *more = action.values
                 if action.kind == "insert":
-                    steps.append(ArgvStep(i, action.rule, changed, (i, action.value), note=action.note))
+                    steps.append(ArgvStep(i, action.rule, changed, (i, action.values), note=action.note))
                 else:
-                    steps.append(ArgvStep(i, action.rule, {**changed, i + 1: action.value}, note=action.note))
+                    steps.append(ArgvStep(i, action.rule, {**changed, i + 1: first},
+                                          (i + 1, tuple(more)) if more else None, note=action.note))
         elif item is not None and item.startswith(FLAG + "="):
-            plan = translate(meaning(item[len(FLAG) + 1:]), to)
+            plan = translate(meaning(item[len(FLAG) + 1:]), to, form)
             new_flag = FSDP_FLAG if to == "fsdp" else FLAG
             if plan.problem:
                 steps.append(ArgvStep(i, plan.rule, problem=plan.problem))
             elif plan.drop:
                 steps.append(ArgvStep(i, "argv-false", drop=(i,)))
+            elif plan.fsdp_config is not None:
+                steps.append(ArgvStep(i, "to-fsdp", {i: new_flag}, (i, _argv_values(plan)), note=plan.note))
             elif plan.value is not None:
                 rule = "to-fsdp" if to == "fsdp" else "argv-replace"
                 steps.append(ArgvStep(i, rule, {i: f"{new_flag}={plan.value}"}, note=plan.note))

@@ -35,8 +35,10 @@ class FileReport:
     """What happened to one file.
 
     ``edits`` were applied (or would be, without ``--write``); ``review`` holds edits that were
-    found but not made because the file is out of scope; ``error`` is set when the file could
-    not be read, parsed, or its rewrite did not parse again.
+    found but not made: the file is out of ``scope`` (``review``: no evidence of Transformers;
+    ``foreign``: another framework's own flag) or the command runs a script with a local
+    boolean flag; ``error`` is set when the file could not be read, parsed, or its rewrite did
+    not parse again.
     """
 
     path: str
@@ -82,10 +84,23 @@ class RunReport:
     def errors(self) -> list[FileReport]:
         return [f for f in self.files if f.error]
 
+    @property
+    def legacy_found(self) -> bool:
+        """Legacy usage found: an edit, an edit held for lack of evidence, or a warning.  What
+        counter-evidence holds (another framework's own flag, a script's local boolean) is
+        listed but is not legacy usage."""
+        return any(
+            f.edits or (f.scope == "review" and f.review)
+            or (f.scope != "foreign" and any(w.rule != "review-local" for w in f.warnings))
+            for f in self.files
+        )
+
     def exit_code(self) -> int:
+        """2 a file could not be read or parsed; 1 ``--check`` found legacy usage, edited or
+        not; else 0."""
         if self.errors:
             return 2
-        if self.mode == "check" and self.changed:
+        if self.mode == "check" and self.legacy_found:
             return 1
         return 0
 
@@ -110,12 +125,23 @@ class RunReport:
         for report in sorted(self.files, key=lambda f: f.path):
             rows.extend(_rows(report, self.mode))
         verb = "changed" if self.mode == "write" else "would change"
-        totals = (
-            f"{self.scanned} files scanned, {len(self.changed)} {verb}, "
-            f"{sum(len(f.review) for f in self.files)} findings for review, "
-            f"{sum(len(f.warnings) for f in self.files)} warnings, {len(self.errors)} errors"
-        )
+        totals = ", ".join([
+            _count(self.scanned, "file") + " scanned",
+            f"{len(self.changed)} {verb}",
+            _count(sum(len(f.review) for f in self.files), "finding") + " for review",
+            _count(sum(len(f.warnings) for f in self.files), "warning"),
+            _count(len(self.errors), "error"),
+        ])
         return "\n".join([*rows, totals])
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _at(path: str, line: int) -> str:
+    """``path:line``, or the path alone for what concerns the whole file."""
+    return f"{path}:{line}" if line else path
 
 
 def _rows(report: FileReport, mode: str) -> Iterable[str]:
@@ -123,13 +149,14 @@ def _rows(report: FileReport, mode: str) -> Iterable[str]:
         yield f"{report.path}: error: {report.error}"
     for edit in report.edits:
         done = "" if mode == "write" else "would "
-        note = f" ({edit.note})" if edit.note else ""
-        yield f"{report.path}:{edit.line}: {done}{edit.rule}: {edit.before!r} -> {edit.after!r}{note}"
+        note = f" (not equivalent: {edit.note})" if edit.note and edit.rule == "to-fsdp" else (
+            f" ({edit.note})" if edit.note else "")
+        yield f"{_at(report.path, edit.line)}: {done}{edit.rule}: {edit.before!r} -> {edit.after!r}{note}"
     for edit in report.review:
         yield (
-            f"{report.path}:{edit.line}: review: {edit.rule}: {edit.before!r} -> {edit.after!r} "
+            f"{_at(report.path, edit.line)}: review: {edit.rule}: {edit.before!r} -> {edit.after!r} "
             "(not edited; --scope all applies it)"
         )
     for warning in report.warnings:
         hint = f"; hint: {warning.hint}" if warning.hint else ""
-        yield f"{report.path}:{warning.line}: warning: {warning.rule}: {warning.message}{hint}"
+        yield f"{_at(report.path, warning.line)}: warning: {warning.rule}: {warning.message}{hint}"

@@ -10,7 +10,9 @@ definition of ``--sharded_ddp`` (``type=str2bool``/``type=bool``), an ESPnet imp
 ESPnet-style config.  Serialized outputs (result JSON, trainer state) are never edited.
 
 A file with evidence in its repository and no counter-evidence is edited; any other file's
-findings are reported for review (``--scope all`` edits them too).
+findings are reported (``--scope all`` edits them too): as ``review`` without evidence (legacy
+usage until shown otherwise: ``--check`` fails), as ``foreign`` with counter-evidence (another
+framework's own flag: listed, but ``--check`` passes).
 """
 
 from __future__ import annotations
@@ -82,15 +84,16 @@ def is_output(path: str) -> bool:
 
 
 def decide(path: str, kind: str, data: bytes, evidence: Evidence) -> tuple[str, str]:
-    """``("edit", "")`` or ``("review", reason)`` for one file."""
+    """``("edit", "")``, ``("review", reason)`` (no evidence) or ``("foreign", reason)``
+    (counter-evidence) for one file."""
     if path in evidence.local_definitions:
-        return "review", "this file defines its own boolean --sharded_ddp (str2bool/type=bool)"
+        return "foreign", "this file defines its own boolean --sharded_ddp (str2bool/type=bool)"
     if kind in ("python", "notebook") and _ESPNET_CODE.search(data):
-        return "review", "this file uses ESPnet, which has its own boolean sharded_ddp"
+        return "foreign", "this file uses ESPnet, which has its own boolean sharded_ddp"
     if kind in ("yaml", "json", "toml", "ini") and _ESPNET_KEYS.search(data):
-        return "review", "an ESPnet-style config: its sharded_ddp is ESPnet's own boolean"
+        return "foreign", "an ESPnet-style config: its sharded_ddp is ESPnet's own boolean"
     if not evidence.transformers:
         return "review", "no evidence that this repository uses Transformers"
     if evidence.espnet and not (kind in ("python", "notebook") and _HF_CODE.search(data)):
-        return "review", "this repository uses ESPnet, whose sharded_ddp is its own boolean"
+        return "foreign", "this repository uses ESPnet, whose sharded_ddp is its own boolean"
     return "edit", ""

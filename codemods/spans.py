@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 import codecs
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,10 +20,13 @@ __all__ = [
     "LineIndex",
     "SpanEdit",
     "apply_spans",
+    "block_end",
     "decode",
     "drop_marked",
     "file_skipped",
+    "gaps",
     "marker_lines",
+    "one_line",
 ]
 
 #: Put this in a comment (any syntax) on a line, or in the first lines of a file, to opt out.
@@ -57,6 +60,36 @@ def apply_spans(text: str, edits: Iterable[SpanEdit]) -> str:
         pos = edit.end
     out.append(text[pos:])
     return "".join(out)
+
+
+def gaps(text: str, taken: Iterable[tuple[int, int]]) -> Iterator[tuple[int, int]]:
+    """The spans of ``text`` between the (non-overlapping) ``taken`` ones."""
+    pos = 0
+    for a, b in sorted(taken):
+        yield pos, a
+        pos = b
+    yield pos, len(text)
+
+
+def block_end(text: str, start: int, indent: int) -> int:
+    """End of the lines after ``start`` that are blank or indented deeper than ``indent``
+    (a YAML block scalar, an RST directive body)."""
+    pos = start
+    while pos < len(text):
+        newline = text.find("\n", pos)
+        line_end = len(text) if newline < 0 else newline + 1
+        line = text[pos:line_end]
+        if line.strip() and len(line) - len(line.lstrip(" \t")) <= indent:
+            break
+        pos = line_end
+    return pos
+
+
+def one_line(code: str) -> str:
+    """Source as a report quotes it: on one line, without the line breaks and indentation."""
+    code = re.sub(r"([(\[{])[ \t]*\r?\n\s*", r"\1", code.strip())
+    code = re.sub(r",?[ \t]*\r?\n\s*([)\]}])", r"\1", code)
+    return re.sub(r"[ \t]*\r?\n\s*", " ", code)
 
 
 class LineIndex:

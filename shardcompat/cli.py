@@ -7,6 +7,7 @@ import argparse
 import json
 import platform
 import sys
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -71,7 +72,7 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
-    from .backends import Placement, UnsupportedOptions, candidates, get, probe_all
+    from .backends import Placement, assess, candidates
 
     options = parse_options(args.options)
     placement = Placement(
@@ -81,20 +82,13 @@ def _explain(args: argparse.Namespace) -> int:
     )
     hf = options.to_hf_fsdp()
     rows: list[dict[str, Any]] = []
-    probes = {p.backend: p for p in probe_all()}
     for name in candidates(args.backend if args.backend != "auto" else options.backend):
-        backend, probe = get(name), probes[name]
+        found = assess(name, options, placement)
         row: dict[str, Any] = {"backend": name}
-        if options.stage not in backend.serves:
-            row["reason"] = f"does not serve {options.stage or 'plain DDP'}"
-        elif not probe:
-            row["reason"] = probe.reason
+        if isinstance(found, str):
+            row["reason"] = found
         else:
-            try:
-                plan = backend.plan(options, placement)
-                row.update(call=plan.call, notes=list(plan.notes), effective_stage=plan.zero_stage)
-            except UnsupportedOptions as error:
-                row["reason"] = str(error)
+            row.update(call=found.call, notes=list(found.notes), effective_stage=found.zero_stage)
         rows.append(row)
     chosen = next((r["backend"] for r in rows if "call" in r), None)
     data = {
@@ -122,7 +116,8 @@ def _explain(args: argparse.Namespace) -> int:
             for note in row["notes"]:
                 print(f"    note: {note}")
         else:
-            print(f"{mark} {row['backend']}: cannot serve: {row['reason']}")
+            reason = row["reason"]
+            print(f"{mark} {row['backend']}: {reason[:1].upper()}{reason[1:].rstrip('.')}.")
     if facade:
         print("\nshardcompat.fairscale:")
         for line in facade:
@@ -157,15 +152,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--fairscale", action="store_true",
         help="also say which implementation serves each class of shardcompat.fairscale",
     )
-    explain.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
+    explain.add_argument("--backend", default="auto", choices=BACKEND_CHOICES, metavar="BACKEND",
+                         help="explain only this backend (or family: torch, fairscale); "
+                              f"one of {', '.join(BACKEND_CHOICES)} (default auto: all, in preference order)")
     explain.add_argument("--nproc", type=int, default=2, help="ranks per node to plan for (default 2)")
     explain.add_argument("--nnodes", type=int, default=1, help="nodes to plan for (default 1)")
-    explain.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    explain.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                         help="plan for CPU ranks (gloo) or one GPU per rank (nccl); default cpu")
     explain.add_argument("--json", action="store_true", help="print JSON")
     explain.set_defaults(run=_explain)
 
     from . import train
-    from .checkpoint import add_checkpoint_command
+    from .checkpoint.cli import add_checkpoint_command
 
     runner = sub.add_parser("train", help="train a small bundled GPT on local ranks")
     train.configure_parser(runner)
@@ -182,7 +180,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", FutureWarning)
+        args = parser.parse_args(argv)
+    for warning in caught:  # a legacy spelling on the command line: say so as the command
+        if issubclass(warning.category, FutureWarning):
+            print(f"shardcompat {args.command}: warning: {warning.message}", file=sys.stderr)
+        else:
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
     try:
         code: int = args.run(args)
     except ShardingOptionsError as error:

@@ -1,9 +1,13 @@
 """Run a function on N local ranks, and never leave the others hanging when one fails.
 
-Used by ``shardcompat train`` and by the distributed tests.  Children come from a
-forkserver that has imported torch once, so a 2-rank job starts in well under a second
-instead of importing torch in every child.  Results travel through per-rank files, which
-survive a rank being killed (a queue would not).
+Used by ``shardcompat train``, training scripts and the distributed tests.  Children come
+from a forkserver that has imported torch once, so a 2-rank job starts in well under a
+second instead of importing torch in every child.  Results travel through per-rank files,
+which survive a rank being killed (a queue would not).
+
+Inside a worker that a launcher already started (``torchrun``, or a process group that is
+already initialised), :func:`spawn` starts nothing: it runs the function on this rank, so
+one script works both ways.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["WorkerFailed", "WorkerTimeout", "free_port", "spawn"]
+__all__ = ["WorkerFailed", "WorkerTimeout", "free_port", "launched", "spawn"]
 
 
 class WorkerFailed(RuntimeError):
@@ -108,6 +112,42 @@ def _worker(job: _Job, rank: int) -> None:
         raise SystemExit(1) from None
 
 
+_LAUNCHER_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def launched() -> bool:
+    """Whether this process is already one rank of a job (torchrun's environment, or a group)."""
+    if all(name in os.environ for name in _LAUNCHER_ENV):
+        return True
+    dist = sys.modules.get("torch.distributed")  # never import torch just to ask
+    return bool(dist is not None and dist.is_available() and dist.is_initialized())
+
+
+def _run_here(fn: Callable[..., Any], args: Sequence[Any], backend: str, collective_timeout: float) -> list[Any]:
+    """Run ``fn`` as this launcher-started rank; every rank's result, gathered to all."""
+    import torch
+    import torch.distributed as dist
+
+    owned = not dist.is_initialized()
+    if owned:
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=collective_timeout))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    try:
+        try:
+            result = fn(rank, world, *args)
+        except Exception as error:
+            # The launcher stops the other ranks; the message names this one, as spawn's does.
+            raise WorkerFailed(rank, None, traceback.format_exc()) from error
+        gathered: list[Any] = [None] * world
+        dist.all_gather_object(gathered, result)
+        return gathered
+    finally:
+        if owned:
+            dist.destroy_process_group()
+
+
 def _context() -> Any:
     method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
     ctx = multiprocessing.get_context(method)
@@ -129,11 +169,18 @@ def spawn(
 ) -> list[Any]:
     """Run ``fn(rank, world_size, *args)`` on ``nprocs`` ranks; return each rank's result.
 
-    ``fn`` must be importable (a module-level function).  The process group is set up
-    before ``fn`` runs (``collective_timeout`` bounds every collective) and torn down after.
-    When a rank fails, the others get ``grace`` seconds to notice and are then killed, and
+    ``fn`` must be importable (a module-level function), and the calling script needs an
+    ``if __name__ == "__main__":`` guard.  The process group is set up before ``fn`` runs
+    (``collective_timeout`` bounds every collective) and torn down after.  When a rank
+    fails, the others get ``grace`` seconds to notice and are then killed, and
     :class:`WorkerFailed` names the first rank that failed.  ``timeout`` bounds the whole job.
+
+    Under ``torchrun`` (or in an initialised process group) nothing is started: ``fn`` runs
+    on this rank with the launcher's world size (``nprocs`` is ignored), and every rank gets
+    the list of all ranks' results.
     """
+    if launched():
+        return _run_here(fn, args, backend, collective_timeout)
     ctx = _context()
     threads = max(1, (os.cpu_count() or 1) // nprocs)
     with tempfile.TemporaryDirectory(prefix="shardcompat-") as out:

@@ -5,6 +5,10 @@ views of one flat buffer, fairscale's gradients views of a bucket, and a tied we
 twice in ``parameters()``; summing ``numel() * element_size()`` would count those wrongly.
 Each storage is counted once, whole (what the rank really holds), under the first kind it
 is seen as, in the order ``Prepared.local_tensors()`` yields them (params, grads, optim).
+
+The figures are held against the ZeRO paper's model (:func:`zero_model_bytes`), and
+:func:`off_model_reason` says in one line why a run is off it: the note ``shardcompat train``
+and ``benchmarks/memory.py`` print under their tables.
 """
 
 from __future__ import annotations
@@ -19,7 +23,21 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["KINDS", "StateBytes", "count_state", "peak_rss", "reset_peak_rss"]
+    from .options import ShardingOptions
+
+__all__ = [
+    "KINDS",
+    "TOLERANCE",
+    "UNEXPLAINED",
+    "StateBytes",
+    "count_state",
+    "off_model_reason",
+    "peak_rss",
+    "plan_stage",
+    "reset_peak_rss",
+    "zero_model_bytes",
+    "zero_model_host_bytes",
+]
 
 KINDS = ("param", "grad", "optim")
 
@@ -87,3 +105,97 @@ def peak_rss() -> int:
     if match:
         return int(match.group(1)) * 1024
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # KiB on Linux
+
+
+# --------------------------------------------------------------------------- the ZeRO model
+
+# Bytes per parameter for Adam in fp32 (parameters 4, gradients 4, two moments 8), by ZeRO
+# stage: (held whole on every rank, divided among the N ranks).
+_ZERO_MODEL = {0: (16, 0), 1: (8, 8), 2: (4, 12), 3: (0, 16)}
+TOLERANCE = 0.05  # a run within 5% of the model is on it
+_FSDP_FAMILY = ("torch-fsdp1", "torch-fsdp2", "fairscale-fsdp")  # gather parameters for compute
+UNEXPLAINED = "no known cause"  # how off_model_reason says it has no reason to give
+
+
+def zero_model_bytes(stage: int, psi: int, world_size: int) -> float:
+    """Per-rank state of ZeRO ``stage`` for ``psi`` parameters on ``world_size`` ranks (Adam, fp32):
+    DDP 16Ψ, stage 1 8Ψ + 8Ψ/N, stage 2 4Ψ + 12Ψ/N, stage 3 16Ψ/N."""
+    whole, sharded = _ZERO_MODEL[stage]
+    return psi * (whole + sharded / world_size)
+
+
+def zero_model_host_bytes(stage: int, psi: int, world_size: int) -> float:
+    """How much of :func:`zero_model_bytes` offload moves to host memory: the sharded part."""
+    return psi * _ZERO_MODEL[stage][1] / world_size
+
+
+def plan_stage(options: str | ShardingOptions, backend: str, world_size: int, device: str = "cpu") -> int:
+    """The ZeRO stage ``backend``'s plan for ``options`` really implements (``Plan.zero_stage``:
+    torch-zero serves ``simple`` as stage 1); the options' own stage if it cannot plan here."""
+    from .backends import Placement, UnsupportedOptions, get
+    from .options import parse_options
+
+    parsed = parse_options(options)
+    placement = Placement(world_size=world_size, local_world_size=world_size,
+                          device="cuda:0" if device.startswith("cuda") else "cpu")
+    try:
+        return get(backend).plan(parsed, placement).zero_stage
+    except (UnsupportedOptions, ImportError, ValueError):
+        return parsed.zero_stage
+
+
+def off_model_reason(
+    options: str | ShardingOptions, backend: str, world_size: int, psi: int, measured: float,
+    *, stage: int | None = None, device: str = "cpu",
+) -> str | None:
+    """``None`` when ``measured`` (a rank's state bytes) is within :data:`TOLERANCE` of the ZeRO
+    model for the stage the plan implements; otherwise one line: the ratio and why.
+
+    A known cause is named only when the bytes it predicts match the measurement within the
+    same tolerance, so the note cannot blame the wrong thing; anything else is said to be
+    unexplained.  ``stage`` defaults to :func:`plan_stage`.
+    """
+    from .options import Precision, Stage, parse_options
+
+    parsed = parse_options(options)
+    stage = plan_stage(parsed, backend, world_size, device) if stage is None else stage
+    model = zero_model_bytes(stage, psi, world_size)
+    ratio = measured / model
+    if abs(ratio - 1) <= TOLERANCE:
+        return None
+    head = f"{ratio:.2f}x the ZeRO-{stage} model"
+    causes: list[str] = []
+    predicted = model
+    # FSDP1 and fairscale FSDP never reshard their root unit after forward; without auto_wrap
+    # the root is the whole model, so forward ends holding 4Ψ + the shard: ZeRO-2's bytes.
+    root = parsed.stage is Stage.ZERO_DP_3 and not parsed.auto_wrap and backend in ("torch-fsdp1", "fairscale-fsdp")
+    if root:
+        predicted = zero_model_bytes(2, psi, world_size)
+        who = "FSDP1" if backend == "torch-fsdp1" else "fairscale FSDP (disable_reshard_on_root)"
+        causes.append(f"{who} keeps its root unit, here the whole model, gathered from forward to "
+                      "backward by design; add auto_wrap to gather one block at a time")
+    gathered = stage == 2 or root  # full parameters held from forward to backward
+    # The FSDP family gathers mixed precision's parameters in 16 bits: 2Ψ, not the model's 4Ψ.
+    if gathered and parsed.mixed_precision in (Precision.BF16, Precision.FP16) and backend in _FSDP_FAMILY:
+        predicted -= 2 * psi
+        causes.append(f"with mixed_precision={parsed.mixed_precision.value} the gathered parameters "
+                      "are 16-bit, 2 bytes each where the fp32 model counts 4")
+    # fairscale's offload allocates its host gradient shard (_cpu_grad) up front, so it is held
+    # through forward too, next to the gathered parameters.
+    if gathered and backend == "fairscale-fsdp" and parsed.offload:
+        predicted += 4 * psi / world_size
+        causes.append("fairscale's offload allocates its host gradient shard up front, so it is "
+                      "held through forward as well")
+    if causes and abs(measured / predicted - 1) <= TOLERANCE:
+        return f"{head}: " + "; ".join(causes)
+    # Causes whose size depends on more than the options: named when they can only add bytes.
+    if measured > model:
+        if parsed.hybrid:
+            return f"{head}: hybrid sharding shards over the ranks of one node, not all {world_size}"
+        if backend == "fairscale-fsdp" and parsed.bucket_cap_mb is not None:
+            return (f"{head}: gradient shards are views of the bucket_cap_mb={parsed.bucket_cap_mb:g} "
+                    "reduce-scatter bucket and keep 1/N of it alive; leave bucket_cap_mb unset")
+        if backend == "fairscale-sdp" and world_size > 2:
+            return (f"{head}: OSS gives each rank whole parameters, so the largest rank holds more "
+                    "than 1/N of the optimizer state")
+    return f"{head}: {UNEXPLAINED} (please report it with the options and world size)"

@@ -80,9 +80,20 @@ class Prepared(abc.ABC):
         no_sync = getattr(self.model, "no_sync", None)
         return no_sync() if no_sync is not None else contextlib.nullcontext()
 
-    @abc.abstractmethod
     def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
-        """Clip by the global norm over all shards (collective); returns the norm before clipping."""
+        """Clip by the global norm over all shards (collective); returns the norm before clipping.
+
+        With fp16's grad scaler the gradients are unscaled first (``scaler.unscale_``), so the
+        norm and the clipping are the true gradients' (not 65536 times them), and ``step()``
+        does not unscale again: the order torch's AMP recipe prescribes.
+        """
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        return self._clip_grad_norm(max_norm, norm_type)
+
+    @abc.abstractmethod
+    def _clip_grad_norm(self, max_norm: float, norm_type: float) -> torch.Tensor:
+        """The backend's clip of the (unscaled) gradients by their global norm (collective)."""
 
     # ------------------------------------------------------------------ state
     @abc.abstractmethod

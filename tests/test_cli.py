@@ -23,7 +23,7 @@ def test_explain_shows_canonical_form_and_the_exact_calls(capsys: pytest.Capture
     assert "canonical:    zero_dp_3 auto_wrap" in out
     assert "--fsdp:       full_shard auto_wrap" in out
     assert "* torch-fsdp2:" in out and "fully_shard(" in out
-    assert "torch-zero: cannot serve: does not serve zero_dp_3" in out
+    assert "  torch-zero: It does not serve zero_dp_3 (it serves plain DDP, simple, zero_dp_1)." in out
 
 
 def test_explain_json_names_the_chosen_backend_and_every_reason(capsys: pytest.CaptureFixture[str]) -> None:
@@ -44,7 +44,9 @@ def test_explain_with_one_backend_that_cannot_serve_exits_1(capsys: pytest.Captu
     code, out = _run(capsys, "explain", "zero_dp_3 offload", "--backend", "torch-fsdp1")
     assert code == 1
     assert "chosen:       none can serve these options here" in out
-    assert "torch-fsdp1: cannot serve:" in out and "offload" in out
+    (line,) = [line for line in out.splitlines() if line.startswith("  torch-fsdp1: ")]
+    assert line.startswith("  torch-fsdp1: FSDP1 CPUOffload(offload_params=True) needs an accelerator")
+    assert "cannot serve" not in line and line.endswith("or run on CUDA."), "said once, capitalised"
 
 
 def test_explain_hybrid_needs_two_nodes(capsys: pytest.CaptureFixture[str]) -> None:

@@ -21,3 +21,20 @@ def test_each_rank_sees_its_place_and_the_callers_environment() -> None:
     assert {r["LOCAL_WORLD_SIZE"] for r in results} == {"2"}
     assert {r["WORLD_SIZE"] for r in results} == {"4"} and {r["EXTRA"] for r in results} == {"x"}
     assert {r["MASTER_ADDR"] for r in results} == {"127.0.0.1"}
+
+
+def _inner(rank: int, world_size: int) -> tuple[int, int, int]:
+    return rank, world_size, os.getpid()
+
+
+def _nested(rank: int, world_size: int) -> list[tuple[int, int, int]]:
+    # Already a rank of a job (as under torchrun): spawn must run here, not start 3 more ranks.
+    inner: list[tuple[int, int, int]] = spawn(_inner, 3)
+    return inner
+
+
+def test_spawn_inside_a_launched_rank_runs_there_and_returns_every_ranks_result() -> None:
+    outer = spawn(_nested, 2)
+    assert outer[0] == outer[1], "every rank gets the same list of all ranks' results"
+    assert [(rank, world) for rank, world, _ in outer[0]] == [(0, 2), (1, 2)]
+    assert len({pid for _, _, pid in outer[0]}) == 2 and os.getpid() not in {pid for _, _, pid in outer[0]}

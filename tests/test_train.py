@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import io
 import json
 import os
@@ -22,7 +23,7 @@ from typing import Any
 import pytest
 
 from shardcompat import train
-from shardcompat.report import render_table
+from shardcompat.train.report import render_table
 
 FP32_TOL = 1e-5  # max abs loss difference against plain DDP (the adapter tests' tolerance)
 SIZE_TOL = 0.02  # relative: a few hundred bytes of per-tensor optimizer steps and padding
@@ -62,6 +63,30 @@ def assert_same_losses(run: dict[str, Any], reference: dict[str, Any]) -> None:
     diff = max(abs(a - b) for a, b in zip(run["losses"], reference["losses"]))
     assert len(run["losses"]) == len(reference["losses"]) == int(STEPS)
     assert diff <= FP32_TOL, f"{run['label']}: {run['losses']} vs DDP {reference['losses']}"
+
+
+def _model_choices() -> list[str]:
+    parser = argparse.ArgumentParser()
+    train.configure_parser(parser)
+    (action,) = [a for a in parser._actions if a.dest == "model"]
+    return list(action.choices or ())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("model", _model_choices())
+def test_every_bundled_model_clearly_learns_over_the_default_steps(model: str) -> None:
+    parser = argparse.ArgumentParser()
+    train.configure_parser(parser)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert train.run(parser.parse_args(["--model", model, "--json"])) == 0
+    (run,) = json.loads(out.getvalue())["runs"]
+    losses = run["losses"]
+    assert len(losses) == parser.get_default("steps")
+    # The mean of the last quarter, so one noisy batch cannot decide it.
+    tail = losses[-len(losses) // 4:]
+    assert sum(tail) / len(tail) < 0.75 * losses[0], losses
 
 
 @pytest.fixture(scope="module")
@@ -146,16 +171,68 @@ def _processes_with(marker: str) -> list[int]:
     return found
 
 
+# A rank that crashes in training.  Every input the command takes is checked before a rank
+# starts, so the fault is injected: a sitecustomize (run by every process the command starts)
+# makes building the model fail on rank 1 only.
+_FAULT = """
+import os
+import shardcompat.train.models as models
+
+real = models.build_model
+
+def build_model(config, seed):
+    if os.environ.get("RANK") == "1":  # set in the rank, after this file ran
+        raise RuntimeError("injected fault on rank 1")
+    return real(config, seed)
+
+models.build_model = build_model
+"""
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds leftover ranks through /proc")
-def test_a_failing_rank_fails_the_command_with_its_error_and_leaves_no_process() -> None:
+def test_a_failing_rank_fails_the_command_with_its_error_and_leaves_no_process(tmp_path: Path) -> None:
     marker = f"SHARDCOMPAT_TEST_MARKER={uuid.uuid4().hex}"
     name, value = marker.split("=")
-    # A real failure at wrap time: torch-zero cannot shard parameters.
-    result = cli("--sharded_ddp", "zero_dp_3", "--backend", "torch-zero", "--steps", "2", env={name: value})
+    (tmp_path / "sitecustomize.py").write_text(_FAULT)
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    result = cli("--sharded_ddp", "zero_dp_3", "--steps", "2", env={name: value, "PYTHONPATH": path})
     assert result.returncode == 1
-    assert "rank " in result.stderr and " failed" in result.stderr
-    assert "torch-zero: does not serve zero_dp_3" in result.stderr
+    assert "rank 1 failed" in result.stderr and "injected fault on rank 1" in result.stderr
+    assert "Traceback" in result.stderr, "a crash inside training keeps its traceback"
     assert result.stdout == ""
     assert _processes_with(marker) == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--sharded_ddp", "zero_dp_3", "--backend", "torch-zero"],
+         ["torch-zero cannot serve 'zero_dp_3' here", "These backends can: torch-fsdp2"]),
+        (["--sharded_ddp", "zero_dp_3 offload", "--backend", "torch-fsdp1"],
+         ["needs an accelerator", "Use backend=torch-fsdp2"]),
+        (["--sharded_ddp", "hybrid_shard"], ["all 2 ranks are on one node"]),
+        (["--backend", "fairscale-sdp"], ["plain DDP (no sharding)", "fairscale is not installed", "pip install"]),
+        (["--steps", "-1"], ["--steps must be at least 1, got -1"]),
+        (["--dim", "10"], ["--dim 10 must be a multiple of the number of heads (4)"]),
+    ],
+)
+def test_a_bad_request_is_refused_before_any_rank_starts(argv: list[str], says: list[str]) -> None:
+    if "fairscale-sdp" in argv and importlib.util.find_spec("fairscale") is not None:
+        pytest.skip("fairscale is installed here: fairscale-sdp can serve the request")
+    result = cli(*argv)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and "''" not in result.stderr
+    assert "step " not in result.stderr, "no rank started"
+    assert result.stderr.startswith("shardcompat train: error: ")
+    for text in says:
+        assert text in result.stderr
+    assert len(result.stderr.splitlines()) <= 8, result.stderr
+
+
+def test_a_legacy_flag_warns_as_the_command_not_from_argparse() -> None:
+    result = cli("--sharded_ddp", "True", "--steps", "1", "--nproc", "1", "--json")
+    assert result.returncode == 0, result.stderr
+    assert "shardcompat train: warning: sharded_ddp='True' is the legacy boolean form" in result.stderr
+    assert "argparse.py" not in result.stderr and "FutureWarning" not in result.stderr

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+from collections.abc import Sequence
 
 from ..options import BACKEND_NAMES, ShardingOptions
 from ._base import Backend, OptimizerFactory, Placement, Plan, Probe, UnsupportedOptions
@@ -21,7 +22,9 @@ __all__ = [
     "Probe",
     "UnsupportedOptions",
     "all_backends",
+    "assess",
     "candidates",
+    "describe",
     "get",
     "probe_all",
     "resolve",
@@ -40,16 +43,29 @@ _AUTO_ORDER = ("torch-zero", "torch-fsdp2", "torch-fsdp1", "fairscale-sdp", "fai
 assert set(_AUTO_ORDER) == set(BACKEND_NAMES) == set(_MODULES)
 
 
+def describe(options: ShardingOptions) -> str:
+    """How messages name the options: the canonical string, or plain DDP when sharding is off."""
+    return f"'{options}'" if options else "plain DDP (no sharding)"
+
+
 class NoBackendAvailable(ValueError):
     """No backend can serve the options here; ``reasons`` maps each backend to why not."""
 
-    def __init__(self, options: ShardingOptions, choice: str, reasons: dict[str, str]) -> None:
-        lines = "\n".join(f"  - {name}: {why}" for name, why in reasons.items())
-        super().__init__(
-            f"no backend can serve '{options}' (backend={choice}) here:\n{lines}\n"
-            "Run `shardcompat info` to see what is installed and usable."
-        )
+    def __init__(
+        self, options: ShardingOptions, choice: str, reasons: dict[str, str], others: Sequence[str] = ()
+    ) -> None:
+        if len(reasons) == 1:
+            ((name, why),) = reasons.items()
+            message = f"{name} cannot serve {describe(options)} here: {why}."
+        else:
+            lines = "\n".join(f"  - {name}: {why}" for name, why in reasons.items())
+            message = (f"no backend can serve {describe(options)} (backend={choice}) here:\n{lines}\n"
+                       "Run `shardcompat info` to see what is installed and usable.")
+        if others:
+            message += f"\nThese backends can: {', '.join(others)} (choose one, or backend auto)."
+        super().__init__(message)
         self.reasons = reasons
+        self.others = tuple(others)
 
 
 @functools.cache
@@ -85,6 +101,26 @@ def probe_all() -> list[Probe]:
     return [_probe(name) for name in _AUTO_ORDER]
 
 
+def assess(name: str, options: ShardingOptions, placement: Placement) -> Plan | str:
+    """Backend ``name``'s plan for ``options`` here, or the one-sentence reason it has none.
+
+    An unusable backend gives its probe's reason first (fairscale not installed, with the pip
+    command), since that is the cause to fix whatever the options are.
+    """
+    probe = _probe(name)
+    if not probe:
+        return probe.reason
+    impl = get(name)
+    if options.stage not in impl.serves:
+        served = ", ".join(s.value if s else "plain DDP" for s in sorted(
+            impl.serves, key=lambda s: (s is not None, s.value if s else "")))
+        return f"it does not serve {options.stage.value if options.stage else 'plain DDP'} (it serves {served})"
+    try:
+        return impl.plan(options, placement)
+    except UnsupportedOptions as error:
+        return f"{error.reason}. {error.fix[:1].upper()}{error.fix[1:]}" if error.fix else error.reason
+
+
 def resolve(
     options: ShardingOptions, backend: str = "auto", placement: Placement | None = None
 ) -> Plan:
@@ -93,16 +129,9 @@ def resolve(
     placement = placement or Placement()
     reasons: dict[str, str] = {}
     for name in candidates(choice):
-        impl = get(name)
-        if options.stage not in impl.serves:
-            reasons[name] = f"does not serve {options.stage or 'plain DDP'}"
-            continue
-        probe = _probe(name)
-        if not probe:
-            reasons[name] = probe.reason
-            continue
-        try:
-            return impl.plan(options, placement)
-        except UnsupportedOptions as error:
-            reasons[name] = f"{error.reason}. {error.fix}".rstrip(". ") if error.fix else error.reason
-    raise NoBackendAvailable(options, choice, reasons)
+        found = assess(name, options, placement)
+        if isinstance(found, Plan):
+            return found
+        reasons[name] = found
+    others = [n for n in _AUTO_ORDER if n not in reasons and isinstance(assess(n, options, placement), Plan)]
+    raise NoBackendAvailable(options, choice, reasons, others)

@@ -32,7 +32,6 @@ __all__ = [
     "shard_clip_grad_norm_",
 ]
 
-_FALLBACK = {"fairscale-sdp": "torch-zero", "fairscale-fsdp": "torch-fsdp1 or torch-fsdp2"}
 
 
 def fairscale_version() -> str | None:
@@ -91,8 +90,6 @@ def probe_fairscale(
         return Probe(backend, False, "torch.distributed is not available in this torch build", versions)
     mods, reason = import_fairscale(modules)
     if not mods:
-        if version is None:
-            reason += f", or use backend {_FALLBACK[backend]}"
         return Probe(backend, False, reason, versions)
     # Before 0.3.7, async broadcasts race on gloo; fixed here, once, for every user of fairscale.
     fixed = wait_for_every_collective()
@@ -151,17 +148,19 @@ def shard_clip_grad_norm_(
     """Clip gradient shards by the norm over all ranks, as ``clip_grad_norm_`` on the full model.
 
     Every rank holds a disjoint piece of every gradient (padding is zeros), so the global
-    p-norm is the p-th root of the sum over ranks of each rank's sum of ``|g|**p``.
+    p-norm is the p-th root of the sum over ranks of each rank's sum of ``|g|**p``.  Offloaded
+    gradients are on the CPU, where NCCL cannot reduce: the sum travels on this rank's GPU then.
     """
     grads = [p.grad for p in params if p.grad is not None]
     device = grads[0].device if grads else torch.device("cpu")
+    comm = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" else device
     if norm_type == float("inf"):
         local = max((g.detach().abs().max().float() for g in grads), default=torch.zeros((), device=device))
-        total = local.clone()
+        total = local.to(comm, copy=True)
         dist.all_reduce(total, op=dist.ReduceOp.MAX, group=group)
     else:
         local = sum((g.detach().float().norm(norm_type) ** norm_type for g in grads), torch.zeros((), device=device))
-        total = local.clone()
+        total = local.to(comm, copy=True)
         dist.all_reduce(total, group=group)
         total = torch.pow(total, 1.0 / norm_type)
     coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)

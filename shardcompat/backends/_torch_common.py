@@ -150,7 +150,7 @@ class TorchPrepared(Prepared):
         # cpu_offload=True also means "rank 0 only" in DCP; it crashes without an accelerator.
         return StateDictOptions(full_state_dict=True, cpu_offload=rank0_only and self.placement.cuda)
 
-    def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
+    def _clip_grad_norm(self, max_norm: float, norm_type: float) -> torch.Tensor:
         """Every rank holds (or, for DTensor grads, describes) the full gradients: plain clip."""
         norm = nn.utils.clip_grad_norm_(self.model.parameters(), max_norm, norm_type)
         full = getattr(norm, "full_tensor", None)

@@ -30,6 +30,29 @@ _NOT_HERE = ("backward_prefetch", "forward_prefetch", "limit_all_gathers")
 T = TypeVar("T")
 
 
+# Without bucket_cap_mb= fairscale would allocate a 25 MB reduce-scatter bucket whose output
+# (1/N of it) the gradient shards are views of, so every rank keeps 25/N MB of "gradients"
+# alive whatever the model's size (12.5 MiB on 2 ranks for a 110k-parameter model).  A bucket
+# only merges the reductions of several units, and its output is held whole by the shards it
+# reduced: any size but the exact sum of the units it happens to merge keeps dead memory.
+# So shardcompat asks for none: each unit's flat gradient is reduce-scattered on its own into
+# a buffer of exactly its shard's size (what torch FSDP does), never more than the largest flat
+# gradient the model has.
+_BUCKET_UNSET = 0
+
+
+def _bucket_note(bucket: int | None) -> str:
+    if bucket is None:  # this release has no bucket_cap_mb (and its own bucket)
+        return ("gradient shards may be views of fairscale's reduce-scatter bucket and keep it alive: "
+                "a model smaller than the bucket pays for all of it")
+    if bucket == _BUCKET_UNSET:
+        return ("bucket_cap_mb not set: 0, so no reduce-scatter bucket: each unit's gradient is reduce-"
+                "scattered into a buffer of exactly its shard's size (fairscale's 25 MB default would keep "
+                "25/N MB per rank alive as gradient storage); set bucket_cap_mb= to merge small units' reductions")
+    return (f"gradient shards are views of the bucket_cap_mb={bucket} reduce-scatter bucket (1/N of it per "
+            "rank) and keep it alive: a model smaller than that pays for all of it")
+
+
 def _features(mods: dict[str, Any]) -> dict[str, bool]:
     init = mods[_FSDP].FullyShardedDataParallel.__init__
     try:
@@ -134,8 +157,8 @@ class FairscaleFsdp:
                     raise UnsupportedOptions(self.name, options, f"fairscale {version} has no compute_dtype",
                                              "use mixed_precision=fp16 or a newer fairscale")
                 kwargs["compute_dtype"] = "torch.bfloat16"
-        if options.bucket_cap_mb is not None and have["bucket_cap_mb"]:
-            kwargs["bucket_cap_mb"] = max(1, round(options.bucket_cap_mb))  # fairscale takes whole MB
+        if have["bucket_cap_mb"]:
+            kwargs["bucket_cap_mb"] = _BUCKET_UNSET if options.bucket_cap_mb is None else max(1, round(options.bucket_cap_mb))
         if have["compute_device"]:
             kwargs["compute_device"] = f"torch.device({placement.device!r})"
         if options.auto_wrap:
@@ -147,9 +170,7 @@ class FairscaleFsdp:
             notes.append("without auto_wrap the whole model is the root unit, whose full parameters stay "
                          "gathered from forward until backward (fairscale's disable_reshard_on_root=True); "
                          "add auto_wrap to gather one block at a time")
-        bucket = kwargs.get("bucket_cap_mb", 25)
-        notes.append(f"gradient shards are views of the reduce-scatter bucket (bucket_cap_mb={bucket}, "
-                     "1/N of it per rank) and keep it alive: a model smaller than that pays for all of it")
+        notes.append(_bucket_note(kwargs.get("bucket_cap_mb")))
         if not placement.cuda:
             notes.append("CPU: runs through shardcompat's fairscale CPU compatibility layer (no-op streams)")
         call = "FullyShardedDataParallel(model, " + ", ".join(f"{k}={v}" for k, v in kwargs.items()) + ")"
@@ -167,7 +188,10 @@ class FairscaleFsdp:
         if "compute_device" in kwargs:
             kwargs["compute_device"] = torch.device(placement.device)
         kwargs["process_group"] = placement.process_group
-        model.to(placement.device)
+        # Offload keeps the fp32 shards in (pinned) host memory and asserts they start there;
+        # fairscale moves what it computes with to compute_device itself.
+        offload = kwargs.get("move_params_to_cpu") or kwargs.get("cpu_offload")
+        model.to("cpu" if offload else placement.device)
         shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}  # before flattening
         with contextlib.nullcontext() if placement.cuda else _fairscale_cpu.cpu_compat(module):
             try:
@@ -211,8 +235,8 @@ class FairscaleFsdpPrepared(Prepared):
 
         Between forward and backward (``reshard_after_forward=False``, and the root unit,
         whose reshard fairscale disables) the all-gathered ``_full_param_padded`` is held
-        while ``p.data`` may point back at the shard: both count.  A gradient shard is a view
-        of the reduce-scatter bucket's output (``bucket_cap_mb``) and keeps all of it alive,
+        while ``p.data`` may point back at the shard: both count.  With a ``bucket_cap_mb=``
+        bucket a gradient shard is a view of the bucket's output and keeps all of it alive,
         which is what is counted.  Freed buffers have size 0 and count nothing.
         """
         params = list(self.model.parameters())
@@ -230,7 +254,7 @@ class FairscaleFsdpPrepared(Prepared):
             if kind == "optim":
                 yield kind, tensor
 
-    def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
+    def _clip_grad_norm(self, max_norm: float, norm_type: float) -> torch.Tensor:
         # Not FSDP.clip_grad_norm_: it moves the norm to CUDA.  Gradients are disjoint shards.
         return shard_clip_grad_norm_(self.model.parameters(), max_norm, norm_type, self.placement.process_group)
 

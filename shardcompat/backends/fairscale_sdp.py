@@ -158,7 +158,7 @@ class FairscaleSdpPrepared(Prepared):
     def no_sync(self) -> contextlib.AbstractContextManager[Any]:
         return self.model.no_sync()  # type: ignore[no-any-return, operator]
 
-    def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
+    def _clip_grad_norm(self, max_norm: float, norm_type: float) -> torch.Tensor:
         """The global norm, exactly as DDP computes it (see ``owner_clip_grad_norm_``).
 
         Not ``OSS.clip_grad_norm``: its sum of per-rank partial norms rounds differently.

@@ -47,7 +47,7 @@ _PREFETCH = {Prefetch.PRE: "BACKWARD_PRE", Prefetch.POST: "BACKWARD_POST", Prefe
 class FSDP1Prepared(TorchPrepared):
     """FSDP1 clips with its own collective norm, and exposes the flat shards it really holds."""
 
-    def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
+    def _clip_grad_norm(self, max_norm: float, norm_type: float) -> torch.Tensor:
         norm: torch.Tensor = self.model.clip_grad_norm_(max_norm, norm_type)  # type: ignore[operator]
         return norm
 

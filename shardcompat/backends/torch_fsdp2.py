@@ -111,10 +111,9 @@ def _fsdp_params(model: nn.Module) -> list[Any] | None:
 
 
 def _set_gradient_sync(model: nn.Module, enabled: bool) -> None:
-    for module in model.modules():
-        setter = getattr(module, "set_requires_gradient_sync", None)
-        if setter is not None:
-            setter(enabled, recurse=False)
+    # The root is always fully_shard-ed; its setter recurses into every sharded submodule by
+    # an isinstance check (probing every module with getattr cost 100 µs per no_sync).
+    model.set_requires_gradient_sync(enabled)  # type: ignore[operator]
 
 
 @contextlib.contextmanager

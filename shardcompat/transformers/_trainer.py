@@ -160,7 +160,7 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
         device = self.args.device
         ensure_group(device)
         module: nn.Module = self.model
-        from ..checkpoint_common import restore_rng, rng_state
+        from ..checkpoint._common import restore_rng, rng_state
 
         randomness = rng_state()  # wrapping must not move the random stream (dropout) the run sees
         prepared = prepare(module, self._optimizer_factory(module), self._sharding, backend=self._sharding_backend,
@@ -321,7 +321,7 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
         if self.prepared is None or checkpoint is None:
             super()._load_rng_state(checkpoint)
             return
-        from ..checkpoint_common import load_torch, rank, restore_rng, rng_file
+        from ..checkpoint._common import load_torch, rank, restore_rng, rng_file
 
         saved = Path(checkpoint) / CHECKPOINT_DIR / rng_file(rank(self.prepared.placement.process_group))
         if saved.is_file():  # ranks beyond the saved world size keep their own, as load_checkpoint does
@@ -338,7 +338,7 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
                 "so there is no optimizer state keyed by parameter name to resume from",
                 "Resume it without --sharded_ddp, or start from its weights (model_name_or_path) instead.",
             )
-        from ..checkpoint_common import restore_rng, rng_state
+        from ..checkpoint._common import restore_rng, rng_state
 
         # load_checkpoint restores each rank's RNG too; the release does that later, after it
         # has drawn the data order from the RNG as a fresh run would (see _load_rng_state).

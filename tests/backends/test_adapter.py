@@ -176,10 +176,11 @@ def test_plan_states_the_stage_it_really_implements(options: str, backend: str, 
 
 
 def test_memory_benchmark_holds_torch_zero_simple_to_stage_1() -> None:
-    from benchmarks.memory import expected_bytes, servers
+    from benchmarks.memory import servers
+    from shardcompat.memory import zero_model_bytes
 
     assert ("torch-zero", 1) in servers("simple", 2)
-    assert expected_bytes("simple", 1, 2, 100, "cpu") == (100 * (8 + 8 / 2),) * 2
+    assert zero_model_bytes(1, 100, 2) == 100 * (8 + 8 / 2)
 
 
 def test_fsdp1_plan_warns_that_an_unwrapped_root_stays_gathered() -> None:

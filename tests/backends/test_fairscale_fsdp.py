@@ -115,13 +115,14 @@ def test_auto_wrap_really_wraps() -> None:
 def test_local_tensors_count_what_fairscale_holds() -> None:
     """The memory report's view: between forward and backward the all-gathered parameters
     (1 x 4Ψ) are held next to the shard (1/2), under zero_dp_2 and, for the root unit whose
-    reshard fairscale disables, under zero_dp_3 too; after backward only the shard is."""
+    reshard fairscale disables, under zero_dp_3 too; after backward only the shard is, and the
+    gradient shard is exactly a shard (no 25 MB reduce-scatter bucket behind it)."""
     pad = 0.02
     for options in ("zero_dp_2", "zero_dp_3"):
         got = _results()["phases"][options]
         assert abs(got["forward"]["params"] - 1.5) <= pad * 1.5, (options, got)
         assert abs(got["backward"]["params"] - 0.5) <= pad, (options, got)
-        assert got["backward"]["grads"] >= 0.5 - pad, (options, got)  # a view of the reduce-scatter bucket
+        assert abs(got["backward"]["grads"] - 0.5) <= pad, (options, got)
         assert abs(got["step"]["optim"] - 1.0) <= pad, (options, got)  # Adam's two moments, half each
 
 
@@ -139,6 +140,12 @@ def test_plan_maps_the_release_api() -> None:
         with pytest.raises(UnsupportedOptions, match=r"offloads only with mixed_precision=fp16.*fairscale>=0\.4"):
             backend.plan(parse_options("zero_dp_3 offload"), cpu)
         return
+    # No reduce-scatter bucket unless asked: the gradient shards would keep all of it alive.
+    if PROBE.features["bucket_cap_mb"]:
+        unset = backend.plan(parse_options("zero_dp_3"), cpu)
+        assert unset.settings["kwargs"]["bucket_cap_mb"] == 0 and "bucket_cap_mb=0" in unset.call
+        assert any("bucket_cap_mb not set" in note for note in unset.notes)
+        assert backend.plan(parse_options("zero_dp_3 bucket_cap_mb=50"), cpu).settings["kwargs"]["bucket_cap_mb"] == 50
     offload = backend.plan(parse_options("zero_dp_3 offload"), cpu).settings["kwargs"]
     expected = "move_params_to_cpu" if PROBE.features["move_params_to_cpu"] else "cpu_offload"
     assert offload[expected] is True

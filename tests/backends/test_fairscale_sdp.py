@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 
-from shardcompat.backends import Placement, get
+from shardcompat.backends import NoBackendAvailable, Placement, get, resolve
 from shardcompat.launch import spawn
 from shardcompat.options import parse_options
 from tests._parity import (
@@ -255,7 +255,10 @@ def test_probe_explains_itself() -> None:
     try:
         version = importlib.metadata.version("fairscale")
     except importlib.metadata.PackageNotFoundError:
-        assert not PROBE and "not installed" in PROBE.reason and "torch-zero" in PROBE.reason
+        assert not PROBE and "not installed" in PROBE.reason and "pip install" in PROBE.reason
+        # What serves the request instead depends on the request: resolve names it.
+        with pytest.raises(NoBackendAvailable, match="These backends can: torch-zero"):
+            resolve(parse_options("simple"), "fairscale-sdp", Placement(world_size=2, local_world_size=2))
         return
     assert PROBE.versions["fairscale"] == version
     from packaging.version import Version

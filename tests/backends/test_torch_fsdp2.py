@@ -125,3 +125,32 @@ def test_plan_text_and_fully_shard_kwargs_come_from_one_table(monkeypatch: pytes
         assert kwargs["mp_policy"].param_dtype is kwargs["mp_policy"].reduce_dtype is torch.bfloat16
     if "offload" in options:
         assert kwargs["offload_policy"].pin_memory is False
+
+
+def _grads_inside_and_after_no_sync(rank: int, world_size: int) -> tuple[int, int, int]:
+    """Sharded gradients present after a backward inside no_sync, after one outside, and parameters."""
+    import torch
+
+    import shardcompat
+    from tests._parity import VOCAB, BlockModel
+
+    torch.manual_seed(0)
+    prepared = shardcompat.prepare(BlockModel(), torch.optim.SGD, "zero_dp_3 auto_wrap", backend=B,
+                                   optimizer_kwargs={"lr": 0.1})
+    tokens = torch.randint(0, VOCAB, (4, 8), generator=torch.Generator().manual_seed(rank))
+    params = list(prepared.model.parameters())
+    with prepared.no_sync():
+        prepared.backward(prepared(tokens).float().pow(2).mean())
+    inside = sum(p.grad is not None for p in params)
+    prepared.backward(prepared(tokens).float().pow(2).mean())
+    return inside, sum(p.grad is not None for p in params), len(params)
+
+
+@pytest.mark.timeout(120)
+def test_no_sync_really_skips_the_reduce_scatter() -> None:
+    """Inside no_sync FSDP2 keeps unsharded gradients to itself (no sharded .grad yet); the next
+    backward outside it reduce-scatters them into every parameter's sharded .grad."""
+    from shardcompat.launch import spawn
+
+    for inside, after, total in spawn(_grads_inside_and_after_no_sync, 2, timeout=100):
+        assert (inside, after) == (0, total), (inside, after, total)

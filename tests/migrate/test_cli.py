@@ -101,8 +101,10 @@ def test_single_file_and_scope(repo: Path, tmp_path: Path, capsys: pytest.Captur
     other.mkdir()
     (other / "run.sh").write_text("python mine.py --sharded_ddp\n")
     capsys.readouterr()
-    assert main([str(other), "--check"]) == 0, "no Transformers evidence: review only"
-    assert "review" in capsys.readouterr().err
+    assert main([str(other), "--check"]) == 1, "no Transformers evidence: held for review, still legacy usage"
+    err = capsys.readouterr().err
+    assert "review" in err and "other/run.sh: warning: scope: not edited" in err  # the file, no ':0:'
+    assert (other / "run.sh").read_text() == "python mine.py --sharded_ddp\n"
     assert main([str(other), "--check", "--scope", "all"]) == 1
 
 
@@ -146,13 +148,17 @@ def test_subprocess_entry_point(repo: Path) -> None:
     assert "would change" in done.stderr and done.stdout == ""
 
 
-def test_pool_gives_the_same_result(tmp_path: Path) -> None:
+def test_pool_gives_the_same_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from codemods import cli
+
     root = tmp_path / "many"
     root.mkdir()
     (root / "requirements.txt").write_text("transformers\n")
     for i in range(12):
         (root / f"run{i}.sh").write_text(f"python train.py --seed {i} --sharded_ddp\n")
         (root / f"t{i}.py").write_text("TrainingArguments(sharded_ddp=True)\n")
+    assert cli.pool_size([], 2) == 1
+    monkeypatch.setattr(cli, "_PER_WORKER", 4)  # 12 Python files: a pool of two, as a large tree gets
     assert main([str(root), "--write", "--jobs", "2"]) == 0
     assert all((root / f"run{i}.sh").read_text().endswith("--sharded_ddp simple\n") for i in range(12))
     assert all('"simple"' in (root / f"t{i}.py").read_text() for i in range(12))
@@ -175,3 +181,41 @@ def test_libcst_runner(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert target.read_text() == "args = TrainingArguments(sharded_ddp=\"simple\")\ncmd = 'python t.py --sharded_ddp simple'\n"
+
+
+def test_check_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """0 clean, 1 legacy usage found (to edit, held for review, or warned about), 2 unreadable."""
+    held = tmp_path / "held"  # no evidence that this tree uses Transformers: nothing is edited
+    (held / "docs").mkdir(parents=True)
+    (held / "launch.sh").write_text("python train.py --sharded_ddp --fp16\n")
+    (held / "docs" / "usage.md").write_text("Add `--sharded_ddp` to the command line.\n")
+    before = _tree(held)
+    assert main([str(held), "--check"]) == 1
+    assert main([str(held), "--write"]) == 0 and _tree(held) == before, "held: reported, not written"
+    assert main([str(held), "--check"]) == 1, "still legacy usage after a --write that could not edit it"
+
+    warned = tmp_path / "warned"
+    warned.mkdir()
+    (warned / "requirements.txt").write_text("transformers\n")
+    (warned / "run.sh").write_text("python train.py --sharded_ddp $MODE\n")  # left as is, with a warning
+    assert main([str(warned), "--write"]) == 0 and main([str(warned), "--check"]) == 1
+
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    (clean / "requirements.txt").write_text("transformers\n")
+    (clean / "run.sh").write_text("python train.py --sharded_ddp --fp16\n")
+    assert main([str(clean), "--check"]) == 1
+    assert main([str(clean), "--write"]) == 0
+    assert main([str(clean), "--check"]) == 0, "migrated: clean"
+    (clean / "broken.py").write_text("def f(:\n    sharded_ddp = True\n")
+    assert main([str(clean), "--check"]) == 2
+    capsys.readouterr()
+
+
+def test_transformers_version_needs_to_fsdp(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(tmp_path), "--transformers", "4.40"])
+    assert exit_info.value.code == 2 and "--transformers goes with --to fsdp" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([str(tmp_path), "--to", "fsdp", "--transformers", "four"])
+    assert "not a version number" in capsys.readouterr().err

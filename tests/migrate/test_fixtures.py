@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from codemods.config import validate
+from codemods.formats.config import validate
 from codemods.kinds import detect_kind
 from codemods.spans import decode
 

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from codemods.context import Settings
-from codemods.engine import python_hook
-from codemods.notebook import rewrite_notebook
+from codemods.formats.notebook import rewrite_notebook
+from codemods.formats.python import python_hook
 from codemods.spans import apply_spans
 
 

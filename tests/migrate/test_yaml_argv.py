@@ -11,22 +11,23 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from codemods.config import rewrite_json
 from codemods.context import Settings
 from codemods.engine import Job, process_file
+from codemods.formats.config import rewrite_json, rewrite_yaml_steps
 from codemods.spans import apply_spans
-from codemods.text import rewrite_yaml_steps
 
 Target = str
 
 
-def migrate_yaml(text: str, to: Target = "list") -> str:
-    return apply_spans(text, rewrite_yaml_steps(text, Settings(to=to)).edits)  # type: ignore[arg-type]
+def migrate_yaml(text: str, to: Target = "list", form: str = "config") -> str:
+    settings = Settings(to=to, fsdp_form=form)  # type: ignore[arg-type]
+    return apply_spans(text, rewrite_yaml_steps(text, settings).edits)
 
 
-def migrate_json(argv: list[str], to: Target = "list") -> list[str]:
+def migrate_json(argv: list[str], to: Target = "list", form: str = "config") -> list[str]:
     text = json.dumps({"args": argv})
-    out: list[str] = json.loads(apply_spans(text, rewrite_json(text, Settings(to=to)).edits))["args"]  # type: ignore[arg-type]
+    settings = Settings(to=to, fsdp_form=form)  # type: ignore[arg-type]
+    out: list[str] = json.loads(apply_spans(text, rewrite_json(text, settings).edits))["args"]
     return out
 
 
@@ -92,8 +93,13 @@ def test_block_item_layout_is_kept() -> None:
 
 def test_fsdp_target() -> None:
     text = block(["--sharded_ddp", "--sharded_ddp", "'yes'", "--sharded_ddp=zero_dp_3 offload"], ["", '"', "", "'"])
-    assert argv_of(migrate_yaml(text, "fsdp")) == ["--fsdp", "shard_grad_op", "--fsdp", "shard_grad_op",
-                                                   "--fsdp=full_shard offload"]
+    assert argv_of(migrate_yaml(text, "fsdp", "string")) == ["--fsdp", "shard_grad_op", "--fsdp", "shard_grad_op",
+                                                             "--fsdp=full_shard offload"]
+    simple = json.dumps({"version": 2, "reshard_after_forward": False, "auto_wrap_policy": "NO_WRAP"})
+    offload = json.dumps({"version": 2, "reshard_after_forward": True, "cpu_offload": True,
+                          "auto_wrap_policy": "NO_WRAP"})
+    assert argv_of(migrate_yaml(text, "fsdp")) == [
+        "--fsdp", "--fsdp_config", simple, "--fsdp", "--fsdp_config", simple, "--fsdp", "--fsdp_config", offload]
 
 
 def test_not_literal_or_not_in_place_warns() -> None:
@@ -144,6 +150,7 @@ _ITEMS = st.sampled_from(["--sharded_ddp", "--sharded_ddp=true", "--sharded_ddp=
 @given(st.lists(st.tuples(_ITEMS, st.sampled_from(["", '"', "'"])), min_size=1, max_size=10),
        st.sampled_from(["list", "fsdp"]), st.booleans())
 def test_same_result_as_json_in_any_form(items: list[tuple[str, str]], to: Target, flow: bool) -> None:
+    # both FSDP forms: the current one inserts two elements for one flag
     argv, quotes = [a for a, _ in items], [q for _, q in items]
     if flow:
         text = "spec:\n  args: [" + ", ".join(f"{q}{a}{q}" for a, q in items) + "]\n"

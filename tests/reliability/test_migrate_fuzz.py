@@ -28,6 +28,9 @@ _LEGACY = {  # must be rewritten, to exactly this
     'argv = ["train.py", "--sharded_ddp", "--fp16"]\n': 'argv = ["train.py", "--sharded_ddp", "simple", "--fp16"]\n',
     'parsed = parser.parse_args(["--sharded_ddp"])\n': 'parsed = parser.parse_args(["--sharded_ddp", "simple"])\n',
     'cmd = "python run.py --sharded_ddp --fp16"\n': 'cmd = "python run.py --sharded_ddp simple --fp16"\n',
+    'run(extra_args_str="--sharded_ddp")\n': 'run(extra_args_str="--sharded_ddp simple")\n',
+    'parser.add_argument("--sharded_ddp", action="store_true")\n':
+        'parser.add_argument("--sharded_ddp", nargs="?", const="simple", default="")\n',
 }
 _MODERN = [  # usages already in the current spelling: must not change by a byte
     'args = TrainingArguments(output_dir="out", sharded_ddp="zero_dp_2 offload")\n',
@@ -57,8 +60,11 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+Corpus = tuple[Path, set[Path], dict[Path, str], dict[Path, bytes], dict[Path, bytes]]
+
+
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, set[Path], dict[Path, str], dict[Path, bytes]]:
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Corpus:
     _main()
     root = tmp_path_factory.mktemp("corpus")
     rng = random.Random(20240601)
@@ -75,7 +81,8 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, set[Path], d
                     injected.add(target)
     before = {p: _digest(p) for p in root.rglob("*.py")}
     assert len(before) > 1000, f"the corpus is too small to mean much ({len(before)} files)"
-    return root, injected, before, expected
+    originals = {p: p.read_bytes() for p in expected}
+    return root, injected, before, expected, originals
 
 
 def _inject(path: Path, rng: random.Random) -> tuple[bool, bytes]:
@@ -107,7 +114,7 @@ def _run(root: Path, *flags: str) -> tuple[int, dict[str, Any]]:
 
 @pytest.mark.timeout(1800)  # libcst over ~90 large torch files, twice, on a small machine
 def test_migrate_touches_only_usages_and_is_idempotent(corpus: Any) -> None:
-    root, injected, before, expected = corpus
+    root, injected, before, expected, _ = corpus
     parse_before = {p for p in injected if _parses(p)}
     code, report = _run(root, "--write")
     assert code == 0, f"exit code {code}: {[f for f in report['files'] if f['error']][:5]}"
@@ -127,6 +134,24 @@ def test_migrate_touches_only_usages_and_is_idempotent(corpus: Any) -> None:
     code, again = _run(root, "--check")
     assert code == 0 and again["changed"] == 0, f"a second run wants to change {again['changed']} files"
     assert {p: _digest(p) for p in root.rglob("*.py")} == after
+
+
+@pytest.mark.timeout(1800)
+def test_fast_path_matches_the_rules_on_whole_modules(corpus: Any) -> None:
+    """Every injected file, as it was before the migration: the units path (ast finds the
+    statements, libcst parses those) gives what the rules give on the whole module."""
+    from codemods.context import Settings
+    from codemods.formats.python import migrate_module, migrate_source
+
+    originals = corpus[4]
+    for settings in (Settings(), Settings(to="fsdp")):
+        differ = []
+        for path, data in originals.items():
+            fast, whole = migrate_source(data, settings), migrate_module(data, settings)
+            if (fast.code, fast.edits, [(w.line, w.rule) for w in fast.warnings]) != (
+                    whole.code, whole.edits, [(w.line, w.rule) for w in whole.warnings]):
+                differ.append(str(path))
+        assert not differ, f"{len(differ)} files differ between the two paths ({settings.to}), e.g. {differ[:5]}"
 
 
 def _parses(path: Path) -> bool:

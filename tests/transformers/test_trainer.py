@@ -190,8 +190,8 @@ def test_each_rank_holds_the_zero_model_of_its_stage(runs: list[dict[str, Outcom
     gradients (FSDP also frees the gathered parameters after backward, keeping P/N); stage 3
     P/N of everything.  The largest phase is the model's total, 4Ψ+12Ψ/N at stage 2.
     """
-    from benchmarks.memory import ZERO_MODEL
     from shardcompat.backends import resolve
+    from shardcompat.memory import zero_model_bytes
     from shardcompat.options import parse_options
 
     world = len(runs)
@@ -207,9 +207,8 @@ def test_each_rank_holds_the_zero_model_of_its_stage(runs: list[dict[str, Outcom
         near(before_step["grads"], 1 / world if stage >= 2 else 1.0)
         near(before_step["params"], 1 / world if got.backend.startswith(("torch-fsdp", "fairscale-fsdp")) else 1.0)
         near(units["step"]["optim"], 2 / world)  # Adam's two moments, sharded from stage 1 on
-        whole, sharded = ZERO_MODEL[stage]
         largest = max(sum(p[k] for k in ("params", "grads", "optim")) for name, p in units.items() if name != "accumulate")
-        near(largest, (whole + sharded / world) / 4)
+        near(largest, zero_model_bytes(stage, 1, world) / 4)  # per parameter byte: the model counts 4 a parameter
         if "offload" in (case.sharded_ddp or ""):
             near(before_step["cpu"], sum(before_step[k] for k in ("params", "grads", "optim")))
 

@@ -1,0 +1,193 @@
+"""fairscale imports to the ``shardcompat.fairscale`` facade (opt-in).
+
+- ``from fairscale.optim import OSS`` becomes ``from shardcompat.fairscale import OSS`` with the
+  same names and aliases; names the facade does not serve stay on the original import (the
+  import is split) and are reported;
+- a module bound to a name (``import fairscale.optim as optim``, ``from fairscale.nn import
+  data_parallel``) becomes the facade under the same name when every use of it is a served
+  name (``optim.OSS(...)``); otherwise the uses that stop it are reported;
+- ``import fairscale`` used through full paths (``fairscale.optim.OSS``) becomes ``import
+  shardcompat.fairscale`` and ``shardcompat.fairscale.OSS``, on the same condition.
+
+The served names are the facade's own ``__all__`` (:func:`codemods.pyscan.facade_names`), and
+the whole-file analysis is :mod:`codemods.pyscan`'s; this rule applies it.
+"""
+
+from __future__ import annotations
+
+from typing import Union
+
+import libcst as cst
+
+from .. import pyscan
+from ..pyscan import FACADE, AliasPlan, Facts
+from ..report import Edit, Finding
+from . import Records, Rule, quote
+
+__all__ = ["FACADE", "RULE", "UNSERVED", "FairscaleImports", "alias_findings"]
+
+RULE = "fairscale-import"
+UNSERVED = "fairscale-unsupported"
+_HINT = f"import it from fairscale directly or ask for it in {FACADE}"
+
+Statement = Union[cst.SimpleStatementLine, cst.FlattenSentinel[cst.SimpleStatementLine]]
+
+
+def _dotted(node: cst.CSTNode | None) -> str | None:
+    """``a.b.c`` for a name or an attribute chain, else None."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        inner = _dotted(node.value)
+        return None if inner is None else f"{inner}.{node.attr.value}"
+    return None
+
+
+def _is_fairscale(module: str | None) -> bool:
+    return module is not None and (module == "fairscale" or module.startswith("fairscale."))
+
+
+def alias_findings(facts: Facts) -> list[Finding]:
+    """One warning for each fairscale binding that stays on fairscale, at its import, with the
+    uses that keep it there."""
+    found = []
+    for plan in facts.aliases.values():
+        bound = f"{plan.local} ({plan.module})"
+        if plan.rewrite:
+            continue
+        if plan.via_from and all(dotted == plan.local for _, dotted in plan.blockers):
+            parent, name = plan.module.rsplit(".", 1)
+            found.append(Finding(plan.line, UNSERVED, f"{name} is not served by {FACADE}; left on "
+                                 f"'from {parent} import'", _HINT))
+            continue
+        if not plan.blockers:  # bound but never used: an availability check, perhaps
+            found.append(Finding(plan.line, UNSERVED, f"{bound}: nothing here uses it through a name "
+                                 f"{FACADE} serves; the import stays on fairscale", _HINT))
+            continue
+        names = list(dict.fromkeys(dotted for _, dotted in plan.blockers))
+        lines = sorted({line for line, _ in plan.blockers})
+        where = ("line " if len(lines) == 1 else "lines ") + ", ".join(map(str, lines[:6])) + (
+            ", ..." if len(lines) > 6 else "")
+        if names == [plan.local]:
+            message = f"{bound}: not served by {FACADE}; the import stays on fairscale (used on {where})"
+        else:
+            shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+            message = (f"{bound}: {shown} not served by {FACADE} ({where}), so the import stays on "
+                       "fairscale; its served names are left on it too")
+        found.append(Finding(plan.line, UNSERVED, message, _HINT))
+    return found
+
+
+class FairscaleImports(Rule):
+    """fairscale imports and module uses to the ``shardcompat.fairscale`` facade."""
+
+    DESCRIPTION = "Rewrite fairscale imports to the shardcompat.fairscale facade."
+
+    def __init__(self, records: Records, module: cst.Module) -> None:
+        super().__init__(records, module)
+        self.served = pyscan.facade_names()
+
+    @property
+    def aliases(self) -> dict[str, AliasPlan]:
+        return self.facts.aliases
+
+    def _skipped(self, line: int) -> bool:
+        return line in self.records.marked
+
+    def _record(self, line: int, rule: str, before: cst.CSTNode, after: cst.CSTNode | str) -> None:
+        new = after if isinstance(after, str) else quote(self.module, after)
+        self.records.edits.append(Edit(line, rule, quote(self.module, before), new))
+
+    def _warn(self, line: int, message: str) -> None:
+        self.records.warnings.append(Finding(line, UNSERVED, message, _HINT))
+
+    # import fairscale.optim as optim / import fairscale
+    def leave_Import(self, original_node: cst.Import, updated_node: cst.Import) -> cst.Import:
+        names = list(updated_node.names)
+        changed = False
+        for index, alias in enumerate(names):
+            module = _dotted(alias.name)
+            local = alias.evaluated_alias or (module or "").split(".", 1)[0]
+            plan = self.aliases.get(local)
+            if _is_fairscale(module) and plan is not None and plan.rewrite:
+                names[index] = alias.with_changes(name=cst.parse_expression(FACADE))
+                changed = True
+        if not changed:
+            return updated_node
+        line = self.line(original_node)
+        if self._skipped(line):
+            return updated_node
+        new = updated_node.with_changes(names=names)
+        self._record(line, RULE, original_node, new)
+        return new
+
+    # fairscale.optim.OSS, when ``import fairscale`` moves to the facade
+    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
+        plan = self.aliases.get("fairscale")
+        if plan is None or not plan.rewrite or not plan.chains:
+            return updated_node
+        dotted = _dotted(original_node)
+        name = plan.chains.get(dotted or "")
+        if name is None:
+            return updated_node
+        line = self.line(original_node)
+        if self._skipped(line):
+            return updated_node
+        new = cst.parse_expression(f"{FACADE}.{name}")
+        assert isinstance(new, cst.Attribute)
+        new = new.with_changes(lpar=updated_node.lpar, rpar=updated_node.rpar)
+        self._record(line, "fairscale-use", original_node, new)
+        return new
+
+    # from fairscale.X import A, B as C, submodule
+    def leave_SimpleStatementLine(
+        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
+    ) -> Statement:
+        if len(updated_node.body) != 1 or not isinstance(updated_node.body[0], cst.ImportFrom):
+            return updated_node
+        node = updated_node.body[0]
+        module = _dotted(node.module) if node.module is not None else None
+        if node.relative or not _is_fairscale(module):
+            return updated_node
+        line = self.line(original_node)
+        if self._skipped(line):
+            return updated_node
+        if isinstance(node.names, cst.ImportStar):
+            self._warn(line, f"from {module} import *: the facade names cannot be told apart; left as is")
+            return updated_node
+        moved, modules, kept = [], [], []
+        for alias in node.names:
+            name = _dotted(alias.name) or ""
+            plan = self.aliases.get(alias.evaluated_alias or name)
+            if name in self.served:
+                moved.append(alias)
+            elif plan is not None and plan.rewrite:
+                modules.append(alias)
+            else:
+                kept.append(alias)
+                if plan is None:  # a module binding left on fairscale is reported with its uses
+                    self._warn(line, f"{name} is not served by {FACADE}; left on 'from {module} import'")
+        if not moved and not modules:
+            return updated_node
+        lines: list[cst.SimpleStatementLine] = []
+        if moved:
+            facade = cst.parse_expression(FACADE)
+            assert isinstance(facade, (cst.Attribute, cst.Name))
+            lines.append(updated_node.with_changes(body=[node.with_changes(module=facade, names=_tidy(moved, node))]))
+        for alias in modules:  # from fairscale.nn import data_parallel as dp -> the facade as dp
+            local = alias.evaluated_alias or _dotted(alias.name) or ""
+            statement = cst.parse_statement(f"from shardcompat import fairscale as {local}\n")
+            assert isinstance(statement, cst.SimpleStatementLine)
+            lines.append(statement if lines else statement.with_changes(leading_lines=updated_node.leading_lines))
+        self._record(line, RULE, original_node, "; ".join(quote(self.module, s) for s in lines))
+        if kept:
+            lines.append(cst.SimpleStatementLine(body=[node.with_changes(names=_tidy(kept, node))]))
+        return lines[0] if len(lines) == 1 else cst.FlattenSentinel(lines)
+
+
+def _tidy(aliases: list[cst.ImportAlias], node: cst.ImportFrom) -> list[cst.ImportAlias]:
+    """The aliases, the last one ending the way the original last one did."""
+    names = node.names
+    if not aliases or isinstance(names, cst.ImportStar):
+        return aliases
+    return [*aliases[:-1], aliases[-1].with_changes(comma=names[-1].comma)]

@@ -1,0 +1,173 @@
+"""The sharded checkpoint format: ``torch.distributed.checkpoint`` (DCP), one file per rank.
+
+No process ever holds the whole model: ``get_state_dict`` hands DCP each rank's shards
+(DTensors for FSDP2, ShardedTensors for FSDP1, plain tensors for DDP), keyed by the original
+parameter names, and DCP reshards on load, so world size may change in between.  DCP does
+not know ZeRO's or fairscale's optimizers: those backends cannot *write* this format (the
+error says to use the full one), but they can *read* it, each rank reading the full state.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .._atomic import atomic_directory, commit, new_temporary, recover, write_manifest
+from ._common import (
+    MODEL,
+    OPTIMIZER,
+    TRAINER,
+    CheckpointError,
+    check_names_and_shapes,
+    check_optimizer_kind,
+    check_trainer,
+    gather,
+    header,
+    is_rank0,
+    open_checkpoint,
+    rank,
+    rank0_decides,
+    restore_trainer,
+    rng_file,
+    rng_state,
+    shape_table,
+    share,
+)
+
+if TYPE_CHECKING:
+    from ..prepared import Prepared
+
+__all__ = ["consolidate", "dcp_refusal", "load", "read_full", "save"]
+
+
+def dcp_refusal(prepared: Prepared) -> str | None:
+    """Why DCP's ``get_state_dict`` cannot serve this backend, or ``None`` when it can."""
+    optimizer, model = type(prepared.optimizer), type(prepared.model)
+    if optimizer.__name__ == "ZeroRedundancyOptimizer":
+        return "its ZeroRedundancyOptimizer partitions state by index, which DCP cannot shard"
+    if any(cls.__module__.startswith("fairscale") for cls in (optimizer, model)):
+        return "fairscale's wrappers and OSS are unknown to torch.distributed.checkpoint"
+    return None
+
+
+def _state_dicts(prepared: Prepared) -> tuple[dict[str, Any], dict[str, Any]]:
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    why = dcp_refusal(prepared)
+    if why is not None:
+        raise CheckpointError(
+            f"{prepared.backend} cannot write a sharded checkpoint: {why}. Save the full "
+            "format instead (sharded=False; it loads on every backend), or train with "
+            "torch-fsdp2 / torch-fsdp1 for sharded checkpoints"
+        )
+    model, optim = get_state_dict(prepared.model, prepared.optimizer)
+    return model, optim
+
+
+def save(prepared: Prepared, path: Path, trainer: Mapping[str, Any]) -> None:
+    """Every rank writes its shards and RNG into one temporary directory; rank 0 commits it."""
+    from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
+
+    group = prepared.placement.process_group
+    model, optim = _state_dicts(prepared)
+    table = shape_table(model)
+
+    def start() -> Path:
+        recover(path)
+        return new_temporary(path)
+
+    tmp: Path = share(rank0_decides(start, group), group)
+    error = ""
+    try:
+        dcp_save({"model": model, "optimizer": optim}, checkpoint_id=tmp, process_group=group)
+        (tmp / rng_file(0)).parent.mkdir(exist_ok=True)
+        torch.save(rng_state(), tmp / rng_file(rank(group)))
+        if is_rank0(group):
+            torch.save(dict(trainer), tmp / TRAINER)
+    except Exception as failure:  # reported by rank below, so no rank waits on a dead one
+        error = f"{type(failure).__name__}: {failure}"
+    errors = gather(error, group)
+
+    def finish() -> None:
+        failed = [f"rank {r}: {e}" for r, e in enumerate(errors) if e]
+        if failed:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise CheckpointError("the sharded save failed; nothing was replaced:\n  " + "\n  ".join(failed))
+        write_manifest(tmp, header(prepared, "sharded", int(trainer["step"]), table))
+        commit(tmp, path)
+
+    rank0_decides(finish, group)
+
+
+def load(prepared: Prepared, path: Path, manifest: Mapping[str, Any], scheduler: Any) -> dict[str, Any]:
+    """Load shards in place through DCP (resharding to this world size), after checking them."""
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+    from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+
+    group = prepared.placement.process_group
+    model, optim = _state_dicts(prepared)
+    expected = shape_table(model)
+
+    def validate() -> None:
+        check_names_and_shapes(manifest["model"], expected)
+        check_optimizer_kind(prepared, manifest)
+        check_trainer(path, scheduler)
+
+    rank0_decides(validate, group)
+    try:
+        dcp_load({"model": model, "optimizer": optim}, checkpoint_id=path, process_group=group)
+    except Exception as error:
+        raise CheckpointError(f"{path}: the shards do not fit this model/optimizer: {error}") from error
+    set_state_dict(prepared.model, prepared.optimizer, model_state_dict=model, optim_state_dict=optim)
+    return restore_trainer(prepared, path, scheduler)
+
+
+def read_full(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The whole model and optimizer state of a sharded checkpoint, read in this process.
+
+    This is what torch's own ``format_utils.dcp_to_torch_save`` does, without the extra file.
+    """
+    from torch.distributed.checkpoint.filesystem import FileSystemReader
+
+    try:
+        from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+        from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+    except ImportError as error:
+        raise CheckpointError(f"this torch cannot read a DCP checkpoint whole: {error}") from None
+    state: dict[str, Any] = {}
+    try:
+        _load_state_dict(
+            state,
+            storage_reader=FileSystemReader(path),
+            planner=_EmptyStateDictLoadPlanner(),  # type: ignore[no-untyped-call]
+            no_dist=True,
+        )
+    except Exception as error:
+        raise CheckpointError(f"{path}: the shards cannot be read: {error}") from error
+    return state["model"], state["optimizer"]
+
+
+def consolidate(src: Path, dst: Path) -> Path:
+    """Write the full-format checkpoint ``dst`` from the sharded checkpoint ``src``."""
+    manifest = open_checkpoint(src)
+    if manifest["kind"] != "sharded":
+        raise CheckpointError(f"{src} is already a full checkpoint; copy it instead")
+    if dst.resolve() == src.resolve():
+        raise CheckpointError("consolidate needs a destination other than the source")
+    model, optim = read_full(src)
+    check_names_and_shapes(manifest["model"], shape_table(model))
+    body = {k: v for k, v in manifest.items() if k != "files"}
+    body.update(kind="full", consolidated_from=str(src))
+    with atomic_directory(dst, body) as tmp:
+        torch.save(model, tmp / MODEL)
+        torch.save(optim, tmp / OPTIMIZER)
+        shutil.copy2(src / TRAINER, tmp / TRAINER)
+        for rel in manifest["files"]:
+            if rel.startswith("rng/"):
+                (tmp / rel).parent.mkdir(exist_ok=True)
+                shutil.copy2(src / rel, tmp / rel)
+    return dst

@@ -1,0 +1,300 @@
+"""``shardcompat train``: train the bundled GPT with some sharding options, report what it cost.
+
+The same command runs N local ranks itself (``shardcompat.launch.spawn``) or, when started
+by ``torchrun``, runs as one of its ranks, so it scales from a laptop to many machines.
+Every run is deterministic across backends and launchers: one seed initialises the model
+identically on every rank, and each rank's data depends only on (seed, rank, step), so a
+sharded run and plain DDP see the same numbers and their losses can be compared.
+
+The report counts state from the unique storages each rank holds (see
+:mod:`shardcompat.memory`), at the point of the last step where it is largest (after
+forward, after backward or after the optimizer step: zero_dp_2 holds full parameters after
+forward, every stage holds gradients after backward).  Peak RSS is the process's resident
+high-water mark (Linux VmHWM, reset at the start of each run; ru_maxrss elsewhere): it
+includes the Python interpreter and torch itself, unlike the state bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from ..arguments import add_sharded_ddp_argument
+from ..options import BACKEND_CHOICES, ShardingOptions
+from .report import RankResult, RunResult, build_report, render_table
+
+if TYPE_CHECKING:
+    from .models import ModelConfig
+
+__all__ = ["RunConfig", "configure_parser", "run", "train_rank"]
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One training run, as every rank receives it."""
+
+    label: str
+    options: str
+    backend: str
+    model: ModelConfig
+    steps: int
+    batch_size: int
+    lr: float
+    seed: int
+    device: str  # "cpu" or "cuda"
+    progress: str  # "bar", "lines" or "off" (rank 0 only)
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    """Add the ``train`` arguments to ``parser``."""
+    add_sharded_ddp_argument(parser)
+    parser.add_argument("--nproc", type=int, default=None,
+                        help="local ranks to start (default 2; on GPUs, one per GPU up to 2); "
+                             "ignored under torchrun")
+    parser.add_argument("--backend", default="auto", choices=BACKEND_CHOICES,
+                        help="which implementation serves the options (default auto)")
+    parser.add_argument("--model", choices=("gpt", "mlp"), default="gpt", help="bundled model (default gpt)")
+    parser.add_argument("--steps", type=int, default=20, help="optimizer steps (default 20)")
+    parser.add_argument("--batch-size", type=int, default=8, help="sequences per rank per step (default 8)")
+    parser.add_argument("--layers", type=int, default=2, help="transformer blocks / hidden layers (default 2)")
+    parser.add_argument("--dim", type=int, default=64, help="model width (default 64)")
+    parser.add_argument("--heads", type=int, default=4, help="attention heads (default 4)")
+    parser.add_argument("--vocab", type=int, default=64, help="vocabulary size (default 64)")
+    parser.add_argument("--seq-len", type=int, default=32, help="tokens per sequence (default 32)")
+    parser.add_argument("--lr", type=float, default=1e-2, help="AdamW learning rate (default 1e-2)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the model and the data (default 0)")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                        help="auto: CUDA (nccl) when GPUs are present, else CPU (gloo)")
+    parser.add_argument("--compare-ddp", action="store_true",
+                        help="also train plain DDP and report the largest loss difference")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON (nothing else on stdout)")
+    parser.add_argument("--timeout", type=float, default=600.0, help="limit for the whole job, seconds")
+    parser.add_argument("--collective-timeout", type=float, default=120.0,
+                        help="limit for any one collective, seconds (a lost rank cannot hang the job)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Train as ``args`` say and print the report; the exit code (non-zero if a rank failed).
+
+    Everything that can be checked before a rank starts is: a bad size, device or option
+    fails here in a second with exit 2 and no traceback; tracebacks are for crashes inside
+    training.
+    """
+    from ..launch import WorkerFailed, WorkerTimeout, launched
+
+    try:
+        configs = _configs(args)
+        nproc = int(os.environ["WORLD_SIZE"]) if launched() else _nproc(args, configs[0].device)
+        _plan(configs, nproc)
+    except ValueError as error:
+        print(f"shardcompat train: error: {error}", file=sys.stderr)
+        return 2
+    try:
+        runs = _launch(configs, nproc, args.timeout, args.collective_timeout)
+    except (WorkerFailed, WorkerTimeout) as error:
+        print(f"shardcompat train: {error}", file=sys.stderr)
+        return 1
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, rank 0 reports
+        reference = runs[1] if len(runs) > 1 else None
+        report = build_report(_setup(configs, nproc), runs[:1], reference)
+        print(json.dumps(report, indent=2) if args.json else render_table(report))
+    return 0
+
+
+# --------------------------------------------------------------------------- setup
+
+
+def _configs(args: argparse.Namespace) -> list[RunConfig]:
+    """The requested run, and plain DDP after it with ``--compare-ddp``."""
+    import torch
+
+    from .models import ModelConfig, build_model
+
+    options: ShardingOptions = args.sharded_ddp
+    device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda, but no CUDA device is available; use --device cpu")
+    for flag in ("steps", "batch_size", "layers", "dim", "heads", "vocab", "seq_len"):
+        if getattr(args, flag) < 1:
+            raise ValueError(f"--{flag.replace('_', '-')} must be at least 1, got {getattr(args, flag)}")
+    progress = "off" if args.json else ("bar" if sys.stderr.isatty() else "lines")
+    model = ModelConfig(kind=args.model, layers=args.layers, dim=args.dim, heads=args.heads,
+                        vocab=args.vocab, seq_len=args.seq_len)
+    build_model(model, args.seed)  # sizes that cannot build a model fail here, not in every rank
+    main = RunConfig(str(options) or "ddp", str(options), args.backend, model, args.steps,
+                     args.batch_size, args.lr, args.seed, device, progress)
+    return [main, replace(main, label="ddp", options="", backend="auto")] if args.compare_ddp else [main]
+
+
+def _nproc(args: argparse.Namespace, device: str) -> int:
+    if args.nproc is not None:
+        if args.nproc < 1:
+            raise ValueError(f"--nproc must be at least 1, got {args.nproc}")
+        return int(args.nproc)
+    if device == "cuda":
+        import torch
+
+        return min(2, torch.cuda.device_count())
+    return 2
+
+
+def _plan(configs: list[RunConfig], world_size: int) -> None:
+    """Resolve every run's options against the probed backends, as each rank will."""
+    from ..backends import Placement, resolve
+    from ..options import parse_options
+
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    placement = Placement(world_size=world_size, local_world_size=local, device=configs[0].device)
+    for config in configs:
+        resolve(parse_options(config.options), config.backend, placement)
+
+
+def _setup(configs: list[RunConfig], world_size: int) -> dict[str, Any]:
+    from .models import build_model, count_parameters
+
+    model = configs[0].model
+    return {
+        "model": {**asdict(model), "parameters": count_parameters(build_model(model, configs[0].seed))},
+        "world_size": world_size,
+        "device": configs[0].device,
+        "steps": configs[0].steps,
+        "batch_size": configs[0].batch_size,
+        "lr": configs[0].lr,
+        "seed": configs[0].seed,
+    }
+
+
+# --------------------------------------------------------------------------- launchers
+
+
+def _launch(configs: list[RunConfig], nproc: int, timeout: float, collective_timeout: float) -> list[RunResult]:
+    """Every run, merged across ranks.
+
+    Started locally, each run gets its own fresh process group, so each rank's peak memory
+    is its own; under torchrun this process is one rank of one job, which runs them all.
+    """
+    from ..launch import launched, spawn
+
+    backend = "nccl" if configs[0].device == "cuda" else "gloo"
+    jobs = [configs] if launched() else [[config] for config in configs]
+    runs = []
+    for job in jobs:
+        per_rank = spawn(_train_ranks, nproc, (job,), backend=backend, timeout=timeout,
+                         collective_timeout=collective_timeout)
+        runs += [_merge([outcomes[i] for outcomes in per_rank]) for i in range(len(job))]
+    return runs
+
+
+def _merge(per_rank: list[RunResult]) -> RunResult:
+    """One run from every rank's view of it (losses are global, so rank 0's serve)."""
+    first = per_rank[0]
+    return replace(first, ranks=[r for outcome in per_rank for r in outcome.ranks])
+
+
+# --------------------------------------------------------------------------- one rank
+
+
+def _train_ranks(rank: int, world_size: int, configs: list[RunConfig]) -> list[RunResult]:
+    """Every rank calls this in an initialised process group; one result per config."""
+    return [train_rank(rank, world_size, config) for config in configs]
+
+
+def train_rank(rank: int, world_size: int, config: RunConfig) -> RunResult:
+    """Train ``config`` as ``rank`` of an initialised process group (every rank calls it).
+
+    The CLI's unit of work, public so benchmarks measure exactly what the command measures.
+    """
+    import torch
+    import torch.distributed as dist
+
+    import shardcompat
+
+    from ..memory import peak_rss, reset_peak_rss
+    from .models import build_model
+
+    cuda = config.device == "cuda"
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    reset_peak_rss()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    model = build_model(config.model, config.seed).to(device)
+    prepared = shardcompat.prepare(
+        model, lambda params: torch.optim.AdamW(params, lr=config.lr), config.options,
+        backend=config.backend, device=device,
+    )
+    losses: list[float] = []
+    times: list[float] = []
+    snapshots: dict[str, Any] = {}
+    with _progress(config, rank) as report_loss:
+        for step in range(config.steps):
+            last = step == config.steps - 1
+            start = time.perf_counter()
+            loss = _step(prepared, config, rank, step, device, snapshots if last else None)
+            if cuda:
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
+            total = loss.detach().float().reshape(1)
+            dist.all_reduce(total)
+            losses.append(float(total) / world_size)
+            report_loss(step, losses[-1])
+    phase, state = max(snapshots.items(), key=lambda item: item[1].total)
+    timed = times[:-1] or times  # the last step took the memory snapshots
+    result = RankResult(
+        rank=rank, state=state, state_phase=phase, peak_rss=peak_rss(),
+        peak_device=int(torch.cuda.max_memory_allocated()) if cuda else None,
+        median_step_s=statistics.median(timed),
+    )
+    return RunResult(config.label, config.options, prepared.backend, losses, [result])
+
+
+def _step(prepared: Any, config: RunConfig, rank: int, step: int, device: Any,
+          snapshots: dict[str, Any] | None) -> Any:
+    """One optimizer step; with ``snapshots``, the state held after each phase of it."""
+    from ..memory import count_state
+    from . import data
+
+    def snapshot(phase: str) -> None:
+        if snapshots is not None:
+            snapshots[phase] = count_state(prepared.local_tensors())
+
+    inputs, targets = data.batch(config.model, config.batch_size, config.seed, rank, step)
+    loss = data.loss(config.model, prepared(inputs.to(device)), targets.to(device))
+    snapshot("after forward")
+    prepared.backward(loss)
+    snapshot("after backward")
+    prepared.step()
+    snapshot("after step")
+    prepared.zero_grad()
+    return loss
+
+
+@contextlib.contextmanager
+def _progress(config: RunConfig, rank: int) -> Iterator[Any]:
+    """A callback ``(step, loss)``: a tqdm bar on a TTY, a line every tenth of the run otherwise."""
+    if rank != 0 or config.progress == "off":
+        yield lambda step, loss: None
+        return
+    if config.progress == "bar":
+        from tqdm import tqdm
+
+        with tqdm(total=config.steps, desc=config.label, file=sys.stderr, leave=False) as bar:
+            def advance(step: int, loss: float) -> None:
+                bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+                bar.update(1)
+
+            yield advance
+        return
+    every = max(1, config.steps // 10)
+
+    def line(step: int, loss: float) -> None:
+        if (step + 1) % every == 0 or step == config.steps - 1:
+            print(f"[{config.label}] step {step + 1}/{config.steps} loss {loss:.4f}", file=sys.stderr, flush=True)
+
+    yield line
