@@ -71,13 +71,19 @@ def _trainer_block(options: str, steps: int, quick: bool, logging_steps: int, ou
     return [b - a for a, b in zip(ends, ends[1:])], trainer.prepared.backend
 
 
-def _loop_block(options: str, steps: int, quick: bool) -> list[float]:
+def _loop_block(options: str, steps: int, quick: bool, out: str) -> list[float]:
     import torch.distributed as dist
     import transformers
 
     import shardcompat
 
-    prepared = shardcompat.prepare(_model(quick), lambda ps: torch.optim.AdamW(ps, lr=LR), options)
+    # The Trainer's own choices, so both sides do the same work: its optimizer (fused AdamW in
+    # current releases) and no key/value cache in training forwards.
+    args = transformers.TrainingArguments(out, learning_rate=LR, use_cpu=True, report_to="none")
+    cls, kwargs = transformers.Trainer.get_optimizer_cls_and_kwargs(args)
+    model = _model(quick)
+    model.config.use_cache = False
+    prepared = shardcompat.prepare(model, lambda ps: cls(ps, **kwargs), options)
     dataset = _Tokens(BATCH * 2 * (steps + 1))
     sampler = torch.utils.data.DistributedSampler(dataset, shuffle=True, seed=0)
     loader = torch.utils.data.DataLoader(dataset, batch_size=BATCH, sampler=sampler,
@@ -106,7 +112,7 @@ def _compare(rank: int, world: int, rounds: int, steps: int, quick: bool, loggin
                     times, backend = _trainer_block(options, steps, quick, logging_steps, f"{out}/{rank}")
                     trainer += times
                 else:
-                    loop += _loop_block(options, steps, quick)
+                    loop += _loop_block(options, steps, quick, f"{out}/{rank}")
         rows.append((options, backend, statistics.median(trainer), statistics.median(loop), min(trainer), min(loop)))
     return rows
 
