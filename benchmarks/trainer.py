@@ -119,14 +119,14 @@ def _compare(rank: int, world: int, rounds: int, steps: int, quick: bool, loggin
     return rows
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     import tempfile
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smaller model, one option, fewer rounds")
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--logging-steps", type=int, default=1, help="the Trainer logs (gathers the loss) every N steps")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     rounds, steps = (2, 8) if args.quick else (6, 20)
     with tempfile.TemporaryDirectory(prefix="bench-trainer-") as out:
         rows = spawn(_compare, args.nproc, (rounds, steps, args.quick, args.logging_steps, out), timeout=3600)[0]
