@@ -30,7 +30,6 @@ from ._group import check_one_group, ensure_group
 from ._model import CHECKPOINT_DIR, ShardedModule, TrainerOptimizer
 
 if TYPE_CHECKING:
-    from ..backends import Plan
     from ..prepared import Prepared
 
 __all__ = ["Seq2SeqTrainer", "ShardedTrainerError", "Trainer"]
@@ -73,7 +72,6 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
         training_args = given.get("args")
         self._sharding = sharding_options(training_args) if training_args is not None else ShardingOptions()
         self._sharding_backend = backend
-        self._sharding_plan: Plan | None = None
         self._sharded_module: ShardedModule | None = None
         self._building_optimizer = False
         self.prepared: Prepared | None = None
@@ -95,7 +93,7 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
         if self._sharding:
             self._sharding = self._with_precision(self._sharding)
             self._refuse_arguments()
-            self._sharding_plan = self._plan()
+            self._check_plan()
 
     # ------------------------------------------------------------------ checks at start
     def _with_precision(self, options: ShardingOptions) -> ShardingOptions:
@@ -132,8 +130,8 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
             if refused:
                 raise _refuse(what, fix)
 
-    def _plan(self) -> Plan:
-        """The backend's plan for this job, resolved now so that what it cannot serve fails at start."""
+    def _check_plan(self) -> None:
+        """Resolve the backend's plan for this job now, so that what it cannot serve fails at start."""
         from ..backends import Placement, resolve
 
         world = int(self.args.world_size)
@@ -148,7 +146,6 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
                 f"{plan.backend} keeps the parameters sharded",
                 f"Use a backend that serves it ({', '.join(_GENERATE)}), e.g. backend=torch-fsdp2.",
             )
-        return plan
 
     # ------------------------------------------------------------------ wrapping
     def _shard(self) -> ShardedModule:
