@@ -5,6 +5,7 @@
     nox -s "fairscale(0.4.13)"   # the fairscale part of the suite with one fairscale version
     nox -s matrix                # every torch x fairscale combination
     nox -s reliability           # the long reliability suite (fuzzing, dying ranks)
+    nox -s "transformers(4.34.1)"  # the Trainer integration's full grid with one Transformers release
     nox -s gpu                   # the gpu-marked tests, on a CUDA machine
     nox -s docs                  # the docs, warnings as errors
 
@@ -36,6 +37,10 @@ FAIRSCALE_TESTS = [
     "tests/test_failures.py",
     "-q",
 ]
+
+# The Hugging Face Trainer integration: the current release, and 4.34.1, the last with
+# sharded_ddp (it passes dispatch_batches= to Accelerator, which accelerate 1.0 removed).
+TRANSFORMERS_RELEASES = {"current": (), "4.34.1": ("transformers==4.34.1", "accelerate==0.27.2")}
 
 
 def _install(session: nox.Session, torch: str = DEFAULT_TORCH, fairscale: str | None = None) -> None:
@@ -85,6 +90,17 @@ def reliability(session: nox.Session) -> None:
     """The long reliability suite: grammar fuzz, dying ranks, migrate over torch's and fairscale's sources."""
     _install(session, fairscale=FAIRSCALE_VERSIONS[-1])  # fairscale's files join the migrate corpus
     session.run("python", "-m", "pytest", "-m", "reliability", *(session.posargs or ["tests/reliability"]))
+
+
+@nox.session
+@nox.parametrize("transformers", list(TRANSFORMERS_RELEASES), ids=list(TRANSFORMERS_RELEASES))
+def transformers(session: nox.Session, transformers: str) -> None:
+    """tests/transformers with every stage, FSDP1 and more checkpoint pairs, on one Transformers release."""
+    _install(session)
+    if TRANSFORMERS_RELEASES[transformers]:
+        session.install(*TRANSFORMERS_RELEASES[transformers])
+    session.env["SHARDCOMPAT_TRANSFORMERS_GRID"] = "full"
+    session.run("python", "-m", "pytest", *(session.posargs or ["tests/transformers", "-q"]))
 
 
 @nox.session

@@ -1,4 +1,5 @@
-"""``shardcompat info | explain | train``: what is installed, what options become, and a real run."""
+"""``shardcompat info | explain | train | run``: what is installed, what options become, a real run,
+and an unmodified Hugging Face Trainer script run with ``--sharded_ddp`` working."""
 
 from __future__ import annotations
 
@@ -169,6 +170,10 @@ def build_parser() -> argparse.ArgumentParser:
     runner.set_defaults(run=train.run)
 
     add_checkpoint_command(sub)
+
+    from .transformers._cli import add_run_command  # imports no Transformers until a script runs
+
+    add_run_command(sub)
 
     return parser
 

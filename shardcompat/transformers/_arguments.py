@@ -1,0 +1,176 @@
+"""``TrainingArguments`` and ``Seq2SeqTrainingArguments`` with ``sharded_ddp`` in the project's grammar.
+
+The installed classes, plus one field: ``sharded_ddp`` accepts every spelling users have (the
+bare flag, ``True``/``False``, ``simple``, ``"zero_dp_3 offload"``, the unquoted
+``zero_dp_3 offload``, the ``--fsdp`` words and ``key=value`` settings), parsed by
+:func:`~shardcompat.options.parse_options`.  After ``__init__`` it holds:
+
+- on releases without the field (4.35 and later): the :class:`~shardcompat.options.ShardingOptions`;
+- on releases that still have it: the release's own value, a list of its ``ShardedDDPOption``
+  (a :class:`ShardedDDPList`, which also carries ``.options``), so code written for that
+  release reads it as before.
+
+:func:`sharding_options` reads the options from either.  The base class's ``__post_init__``
+never sees the field: its checks would refuse what shardcompat's Trainer serves (``--bf16``),
+and the wrapping it prepared for is done by :class:`shardcompat.transformers.Trainer`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import types
+from collections.abc import Sequence
+from typing import Any
+
+from ..arguments import HELP, ShardedDDPAction, sharded_ddp_field
+from ..options import ShardingOptions, parse_options
+from ._api import has_field, load
+from ._group import launched_world_size, train_on_cpu_under_a_launcher
+
+__all__ = [
+    "HfArgumentParser",
+    "Seq2SeqTrainingArguments",
+    "ShardedDDPArgumentError",
+    "ShardedDDPList",
+    "TrainingArguments",
+    "sharding_options",
+]
+
+_hf = load()
+RELEASE_HAS_FIELD = has_field(_hf.TrainingArguments, "sharded_ddp")
+
+FIELD_HELP = (
+    HELP + " Sharding is done by shardcompat.prepare (torch FSDP1/FSDP2, DDP+ZeRO or fairscale, "
+    "whichever serves the options here; add backend=NAME to choose)."
+)
+
+
+class ShardedDDPArgumentError(ValueError):
+    """``sharded_ddp`` was combined with arguments that shard in another way."""
+
+
+class ShardedDDPList(list):  # type: ignore[type-arg]
+    """A release's own ``sharded_ddp`` value (its ``ShardedDDPOption`` members), with ``.options``.
+
+    Words that release did not have (``zero_dp_1``, ``hybrid``, ``key=value`` settings) are
+    only in ``.options``.
+    """
+
+    options: ShardingOptions
+
+
+def _release_value(options: ShardingOptions) -> ShardedDDPList:
+    enum = getattr(load("transformers.trainer_utils"), "ShardedDDPOption", None)
+    known = {member.value: member for member in enum} if enum is not None else {}
+    value = ShardedDDPList(known[word] for word in str(options).split() if word in known)
+    value.options = options
+    return value
+
+
+def _refuse_other_sharding(args: Any, options: ShardingOptions) -> None:
+    others = [
+        f"--{name} {value!r}" for name in ("fsdp", "deepspeed")
+        if (value := getattr(args, name, None)) not in (None, "", [], False)
+    ]
+    if others:
+        raise ShardedDDPArgumentError(
+            f"--sharded_ddp '{options}' and {' and '.join(others)} both shard the model; keep one "
+            "(shardcompat.transformers.to_trainer_kwargs turns sharded_ddp options into fsdp arguments)"
+        )
+
+
+@dataclasses.dataclass
+class TrainingArguments(_hf.TrainingArguments):  # type: ignore[misc,name-defined]
+    """The installed ``transformers.TrainingArguments`` with ``sharded_ddp`` (any spelling).
+
+    ``sharding_options(args)`` gives the parsed options (see the module docstring for what
+    ``args.sharded_ddp`` holds on each release); ``to_dict()`` and ``str()`` show the
+    canonical string.
+    """
+
+    sharded_ddp: str = sharded_ddp_field(help=FIELD_HELP)
+
+    def __post_init__(self) -> None:
+        # stacklevel 4: parse_options <- here <- the dataclass __init__ <- the caller's line.
+        options = parse_options(self.sharded_ddp, stacklevel=4)
+        if options:
+            _refuse_other_sharding(self, options)  # before the base class exports its settings
+        self.sharded_ddp = ""  # the base class must see no sharding (see the module docstring)
+        train_on_cpu_under_a_launcher(self, {f.name for f in dataclasses.fields(self)})  # type: ignore[arg-type]
+        super().__post_init__()  # type: ignore[misc]
+        # Declared str for HfArgumentParser; holds the parsed value from here on.
+        self.sharded_ddp = _release_value(options) if RELEASE_HAS_FIELD else options  # type: ignore[assignment]
+        if getattr(self, "local_rank", 0) == -1 and launched_world_size() > 1:
+            # Releases after 4.x leave local_rank at -1 under torchrun; legacy scripts read it
+            # ("distributed training: local_rank != -1", main-process checks).
+            self.local_rank = self.local_process_index
+
+    def to_dict(self) -> dict[str, Any]:
+        """The base ``to_dict`` with ``sharded_ddp`` as its canonical string (JSON, loggers)."""
+        values: dict[str, Any] = super().to_dict()  # type: ignore[misc]
+        values["sharded_ddp"] = str(sharding_options(self))
+        return values
+
+    def __str__(self) -> str:
+        value, self.sharded_ddp = self.sharded_ddp, str(sharding_options(self))
+        try:
+            text: str = super().__str__()
+        finally:
+            self.sharded_ddp = value
+        return text
+
+    __repr__ = __str__
+
+
+@dataclasses.dataclass
+class Seq2SeqTrainingArguments(TrainingArguments, _hf.Seq2SeqTrainingArguments):  # type: ignore[misc,name-defined]
+    """The installed ``transformers.Seq2SeqTrainingArguments`` with ``sharded_ddp`` (any spelling)."""
+
+
+def sharding_options(args: Any) -> ShardingOptions:
+    """The sharding options of any ``TrainingArguments``: ours, or a release's own field."""
+    value = getattr(args, "sharded_ddp", None)
+    if isinstance(value, ShardingOptions):
+        return value
+    if isinstance(value, ShardedDDPList):
+        return value.options
+    if isinstance(value, (list, tuple)):  # a 4.x release's parsed field: [ShardedDDPOption, ...]
+        return parse_options([str(getattr(v, "value", v)) for v in value], stacklevel=4)
+    return parse_options(value or None, stacklevel=4)
+
+
+class _CanonicalShardedDDPAction(ShardedDDPAction):
+    """For a ``sharded_ddp`` field the script declares itself: the canonical string, which a
+    ``str`` field takes as is, a ``bool`` field as truthy, and a 4.x ``TrainingArguments``
+    parses with its own options."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        super().__call__(parser, namespace, values, option_string)
+        setattr(namespace, self.dest, str(getattr(namespace, self.dest)))
+
+
+class HfArgumentParser(_hf.HfArgumentParser):  # type: ignore[misc,name-defined]
+    """The installed ``HfArgumentParser``; every dataclass field named ``sharded_ddp`` takes all spellings.
+
+    Fields that bring their own action (this package's ``TrainingArguments``) are left as they
+    are; any other ``sharded_ddp`` field (a script's own dataclass, a 4.x release's
+    ``TrainingArguments``) gets the bare flag, booleans and unquoted words too.
+    """
+
+    @staticmethod
+    def _parse_dataclass_field(parser: argparse.ArgumentParser, field: dataclasses.Field[Any]) -> None:
+        if field.name == "sharded_ddp" and "action" not in field.metadata:
+            field = copy.copy(field)
+            field.metadata = types.MappingProxyType(
+                {**field.metadata, "action": _CanonicalShardedDDPAction, "help": FIELD_HELP}
+            )
+        # The installed class's own method (transformers.HfArgumentParser may be this class now).
+        super(HfArgumentParser, HfArgumentParser)._parse_dataclass_field(parser, field)

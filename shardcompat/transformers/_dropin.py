@@ -1,0 +1,69 @@
+"""Run an unmodified Trainer script with the drop-ins in place of Transformers' own classes.
+
+Inside the script, ``transformers.TrainingArguments``, ``Seq2SeqTrainingArguments``,
+``Trainer``, ``Seq2SeqTrainer`` and ``HfArgumentParser`` (and the same names in the modules
+that define them, for ``from transformers.trainer import Trainer``) are this package's
+subclasses, so ``--sharded_ddp`` parses and shards, and a script's own ``Trainer`` subclass
+inherits both.  Transformers' internals keep the classes they were built with.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import runpy
+import sys
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from ._api import load
+
+__all__ = ["NAMES", "dropins", "install", "run_script"]
+
+NAMES = ("TrainingArguments", "Seq2SeqTrainingArguments", "Trainer", "Seq2SeqTrainer", "HfArgumentParser")
+
+
+def _ours() -> dict[str, Any]:
+    from . import _arguments, _trainer
+
+    return {name: getattr(_arguments, name, None) or getattr(_trainer, name) for name in NAMES}
+
+
+def install() -> list[tuple[Any, str, Any]]:
+    """Put the drop-ins in place; returns ``(module, name, previous)`` for each name replaced."""
+    transformers = load()
+    replaced: list[tuple[Any, str, Any]] = []
+    for name, ours in _ours().items():
+        original = getattr(transformers, name)
+        if original is ours:
+            continue
+        defining = sys.modules.get(getattr(original, "__module__", ""))
+        for module in (transformers, defining):
+            if module is not None and getattr(module, name, None) is original:
+                replaced.append((module, name, original))
+                setattr(module, name, ours)
+    return replaced
+
+
+@contextlib.contextmanager
+def dropins() -> Iterator[None]:
+    """The drop-ins in place for the duration of the block."""
+    replaced = install()
+    try:
+        yield
+    finally:
+        for module, name, original in reversed(replaced):
+            setattr(module, name, original)
+
+
+def run_script(script: str, argv: Sequence[str] = ()) -> None:
+    """Run ``script`` as ``__main__`` with ``argv``, the drop-ins in place, in this process."""
+    path = os.path.abspath(script)
+    saved_argv, saved_path = sys.argv, list(sys.path)
+    sys.argv = [script, *argv]
+    sys.path.insert(0, os.path.dirname(path))
+    try:
+        with dropins():
+            runpy.run_path(path, run_name="__main__")
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path

@@ -1,0 +1,408 @@
+"""``Trainer`` and ``Seq2SeqTrainer`` that shard with :func:`shardcompat.prepare` when
+``args.sharded_ddp`` is set, and otherwise behave as the installed classes.
+
+How it fits every release: the optimizer is built inside ``prepare`` (on the shards, by the
+Trainer's own ``create_optimizer``), and ``_wrap_model`` returns a :class:`ShardedModule`,
+which is not ``self.model``: every release then leaves the model alone instead of handing it
+to Accelerate's ``prepare``.  The first training step checks that this release did.  The
+optimizer goes through Accelerate (gradient accumulation) with the backend's grad scaler;
+checkpoints are the project's portable ones, so a run resumes on another backend.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import inspect
+import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ..options import Precision, ShardingOptions
+from ._api import accepts, load
+from ._arguments import sharding_options
+from ._group import check_one_group, ensure_group
+from ._model import CHECKPOINT_DIR, ShardedModule, TrainerOptimizer
+
+if TYPE_CHECKING:
+    from ..prepared import Prepared
+
+__all__ = ["Seq2SeqTrainer", "ShardedTrainerError", "Trainer"]
+
+_hf = load()
+# Under the Trainer's own logger, so the plan shows where its "***** Running training *****"
+# does: at --log_level info on the main process.
+logger = logging.getLogger("transformers.shardcompat")
+
+# How each backend's Transformers model runs generate(), which calls the model outside the
+# wrapper's forward: as is (whole parameters on every rank), with FSDP2's hooks registered for
+# the method, or inside FSDP1's summon_full_params (every rank holds the whole model then).
+_GENERATE = {"torch-zero": "as is", "fairscale-sdp": "as is", "torch-fsdp2": "forward method",
+             "torch-fsdp1": "full parameters"}
+
+
+class ShardedTrainerError(ValueError):
+    """The Trainer was asked for something a sharded run cannot do; the message says why and what to do."""
+
+
+def _refuse(what: str, fix: str) -> ShardedTrainerError:
+    return ShardedTrainerError(f"--sharded_ddp: {what}. {fix}")
+
+
+class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
+    """The installed ``transformers.Trainer``; with ``args.sharded_ddp`` set, the model is
+    sharded by :func:`shardcompat.prepare` on CPU or CUDA.
+
+    ``backend=`` picks the implementation as everywhere in shardcompat (``auto``, ``torch``,
+    ``fairscale`` or a backend name; a ``backend=`` inside ``sharded_ddp`` counts when this
+    is ``auto``).  ``trainer.prepared`` is the :class:`~shardcompat.prepared.Prepared` once
+    the model is wrapped (the first ``train``, ``evaluate`` or ``predict``).  Whatever the
+    arguments ask that the sharded run cannot do is refused here, with the fix.
+    """
+
+    model: Any  # the installed release's attributes this class reads and sets
+
+    def __init__(self, *args: Any, backend: str = "auto", **kwargs: Any) -> None:
+        given = inspect.signature(super().__init__).bind(*args, **kwargs).arguments
+        training_args = given.get("args")
+        self._sharding = sharding_options(training_args) if training_args is not None else ShardingOptions()
+        self._sharding_backend = backend
+        self._sharded_module: ShardedModule | None = None
+        self._building_optimizer = False
+        self.prepared: Prepared | None = None
+        if training_args is not None:
+            check_one_group(training_args)  # before the model is placed or anything is built
+        if self._sharding:
+            _refuse_constructor_arguments(given)
+        # A release that still has the field must not wrap the model with fairscale itself.
+        field = getattr(training_args, "sharded_ddp", None)
+        hide = training_args if isinstance(field, list) and field else None
+        if hide is not None:
+            hide.sharded_ddp = []
+        try:
+            super().__init__(*args, **kwargs)
+        finally:
+            if hide is not None:
+                hide.sharded_ddp = field
+        check_one_group(self.args)
+        if self._sharding:
+            self._sharding = self._with_precision(self._sharding)
+            self._refuse_arguments()
+            self._check_plan()
+
+    # ------------------------------------------------------------------ checks at start
+    def _with_precision(self, options: ShardingOptions) -> ShardingOptions:
+        """--fp16/--bf16 become the backend's mixed precision (and, for fp16, its grad scaler)."""
+        wanted = Precision.FP16 if self.args.fp16 else Precision.BF16 if self.args.bf16 else None
+        if wanted is None or options.mixed_precision is wanted:
+            return options
+        if options.mixed_precision is not None:
+            raise _refuse(
+                f"'{options}' asks for mixed_precision={options.mixed_precision} but --{wanted} is set",
+                "Keep one of the two.",
+            )
+        return options.replace(mixed_precision=wanted)
+
+    def _refuse_arguments(self) -> None:
+        args = self.args
+        refusals = [
+            (args.n_gpu > 1, f"one process drives {args.n_gpu} GPUs (torch.nn.DataParallel), which cannot shard",
+             "Start one process per GPU: shardcompat run --nproc N script.py ... (or torchrun)."),
+            (getattr(args, "fp16_full_eval", False) or getattr(args, "bf16_full_eval", False),
+             "--fp16_full_eval/--bf16_full_eval cast the whole model for evaluation, which would cast the shards",
+             "Drop it; evaluation runs in the training precision."),
+            (getattr(args, "torch_compile", False),
+             "--torch_compile is applied by Accelerate's prepare, which a sharded model does not go through",
+             "Drop --torch_compile."),
+            (getattr(args, "auto_find_batch_size", False),
+             "--auto_find_batch_size rebuilds the model wrapping after an out-of-memory error",
+             "Set --per_device_train_batch_size yourself."),
+            (getattr(args, "load_best_model_at_end", False),
+             "--load_best_model_at_end loads full weights into the unsharded model",
+             "Drop it and load trainer.state.best_model_checkpoint with from_pretrained afterwards."),
+        ]
+        for refused, what, fix in refusals:
+            if refused:
+                raise _refuse(what, fix)
+
+    def _check_plan(self) -> None:
+        """Resolve the backend's plan for this job now, so that what it cannot serve fails at start."""
+        from ..backends import Placement, resolve
+
+        world = int(self.args.world_size)
+        placement = Placement(
+            world_size=world, rank=int(self.args.process_index),
+            local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", world)), device=str(self.args.device),
+        )
+        plan = resolve(self._sharding, self._sharding_backend, placement)
+        if getattr(self.args, "predict_with_generate", False) and plan.backend not in _GENERATE:
+            raise _refuse(
+                f"--predict_with_generate runs model.generate() outside the wrapper's forward, where "
+                f"{plan.backend} keeps the parameters sharded",
+                f"Use a backend that serves it ({', '.join(_GENERATE)}), e.g. backend=torch-fsdp2.",
+            )
+
+    # ------------------------------------------------------------------ wrapping
+    def _shard(self) -> ShardedModule:
+        """Wrap the model with ``prepare`` (once); the optimizer is built on its shards."""
+        if self._sharded_module is not None:
+            return self._sharded_module
+        from ..adapter import prepare
+
+        device = self.args.device
+        ensure_group(device)
+        module: nn.Module = self.model
+        from ..checkpoint._common import restore_rng, rng_state
+
+        randomness = rng_state()  # wrapping must not move the random stream (dropout) the run sees
+        prepared = prepare(module, self._optimizer_factory(module), self._sharding, backend=self._sharding_backend,
+                           device=device if device.type == "cuda" else "cpu")  # Accelerate says cpu:0
+        restore_rng(randomness)
+        self._check_parameter_groups(module, prepared)
+        if hasattr(module, "generate"):
+            _generate_on_shards(prepared)
+        self.prepared = prepared
+        self.model = prepared.module
+        optimizer = TrainerOptimizer(prepared)
+        optimizer._is_accelerate_prepared = True  # the Trainer's own accelerator.prepare keeps it as is
+        self.optimizer = self.accelerator.prepare_optimizer(optimizer)
+        self.accelerator.scaler = prepared.scaler  # what accelerator.backward scales the loss with
+        self._sharded_module = ShardedModule(prepared)
+        if self.args.process_index == 0:
+            logger.info("sharded_ddp '%s' on %s: %s", prepared.options, prepared.backend, prepared.plan.call)
+            for note in prepared.plan.notes:
+                logger.info("  note: %s", note)
+        return self._sharded_module
+
+    def _optimizer_factory(self, module: nn.Module) -> Any:
+        """``params -> optimizer`` for ``prepare``: the Trainer's own optimizer, on the shards."""
+
+        def build(params: Any) -> torch.optim.Optimizer:
+            params = list(params)
+            own = {id(p) for p in module.parameters()}
+            if params and all(id(p) in own for p in params) and not self._one_group_will_do(module):
+                # The wrapped model's parameters are the model's own (DDP, FSDP1 with
+                # use_orig_params, FSDP2 in place): create_optimizer (with any override of a
+                # subclass) builds its parameter groups from them.
+                saved, self.optimizer, self._building_optimizer = self.optimizer, None, True
+                try:
+                    optimizer: torch.optim.Optimizer = self.create_optimizer()
+                finally:
+                    self.optimizer, self._building_optimizer = saved, False
+                return optimizer
+            # One group: flat or probe parameters (ZeRO and OSS read the class and settings
+            # from this), or the Trainer's two groups would not differ.
+            cls, kwargs = self._optimizer_class_and_kwargs(module)
+            if accepts(cls, "weight_decay"):
+                kwargs = {"weight_decay": self.args.weight_decay, **kwargs}
+            built: torch.optim.Optimizer = cls([p for p in params if p.requires_grad], **kwargs)
+            return built
+
+        return build
+
+    def _one_group_will_do(self, module: nn.Module) -> bool:
+        """Whether the Trainer's default optimizer is the same with one parameter group.
+
+        Its two groups differ only in weight decay.  Without weight decay one group is the
+        same optimizer, and every backend can keep it (ZeRO and OSS keep only one), so a
+        checkpoint resumes on any other backend.  A subclass's own ``create_optimizer``, or an
+        optimizer that needs the model or its own groups, is always asked instead.
+        """
+        if self.args.weight_decay or type(self).create_optimizer is not Trainer.create_optimizer:
+            return False
+        cls, kwargs = self._optimizer_class_and_kwargs(module)
+        return isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer) and not (
+            {"params", "model", "optimizer_dict"} & kwargs.keys()
+        )
+
+    def _optimizer_class_and_kwargs(self, module: nn.Module) -> tuple[Any, dict[str, Any]]:
+        given = getattr(self, "optimizer_cls_and_kwargs", None)
+        if given is not None:
+            cls, kwargs = given
+        elif accepts(self.get_optimizer_cls_and_kwargs, "model"):
+            cls, kwargs = self.get_optimizer_cls_and_kwargs(self.args, module)
+        else:
+            cls, kwargs = self.get_optimizer_cls_and_kwargs(self.args)
+        return cls, dict(kwargs)
+
+    def _check_parameter_groups(self, module: nn.Module, prepared: Prepared) -> None:
+        """Refuse a backend that dropped the no-weight-decay group while weight decay is on."""
+        if not self.args.weight_decay:
+            return
+        decay = set(self.get_decay_parameter_names(module))
+        names = [n for n, p in module.named_parameters() if p.requires_grad]
+        if all(n in decay for n in names) or not any(n in decay for n in names):
+            return
+        if len(prepared.optimizer.param_groups) >= 2:
+            return
+        raise _refuse(
+            f"{prepared.backend} builds its sharded optimizer from the optimizer's class and settings, "
+            f"so the Trainer's group without weight decay (biases, norms) is lost and "
+            f"weight_decay={self.args.weight_decay} would apply to every parameter",
+            "Set --weight_decay 0, or use zero_dp_2/zero_dp_3, whose backends keep the groups.",
+        )
+
+    def create_optimizer(self, *args: Any, **kwargs: Any) -> torch.optim.Optimizer:
+        """With sharding: wrap the model first; the optimizer is built on its shards."""
+        if not self._sharding or self._building_optimizer:
+            optimizer: torch.optim.Optimizer = super().create_optimizer(*args, **kwargs)
+            return optimizer
+        self._shard()
+        result: torch.optim.Optimizer = self.optimizer
+        return result
+
+    def _wrap_model(self, model: nn.Module, *args: Any, **kwargs: Any) -> nn.Module:
+        if not self._sharding:
+            wrapped: nn.Module = super()._wrap_model(model, *args, **kwargs)
+            return wrapped
+        return self._shard()
+
+    def training_step(self, model: nn.Module, *args: Any, **kwargs: Any) -> torch.Tensor:
+        if self._sharding and model is not self._sharded_module:
+            raise ShardedTrainerError(
+                f"this Transformers release trains a {type(model).__name__} instead of the model "
+                "shardcompat prepared (it wrapped the model again after Trainer._wrap_model); "
+                "sharded_ddp cannot work with it: please report the Transformers version"
+            )
+        loss: torch.Tensor = super().training_step(model, *args, **kwargs)
+        return loss
+
+    # ------------------------------------------------------------------ clipping (5.x loop)
+    def _clip_grad_norm(self, model: nn.Module) -> Any:
+        if isinstance(model, ShardedModule):
+            return model.clip_grad_norm_(self.args.max_grad_norm)
+        return super()._clip_grad_norm(model)
+
+    def _get_grad_norm(self, model: nn.Module, grad_norm: Any = None) -> Any:
+        if grad_norm is None and isinstance(model, ShardedModule):
+            grad_norm = model.clip_grad_norm_(float("inf"))
+        return super()._get_grad_norm(model, grad_norm=grad_norm)
+
+    # ------------------------------------------------------------------ saving and resuming
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """A full state dict gathered from the shards, saved by rank 0 with ``save_pretrained``.
+
+        For the Trainer's own checkpoints (``save_steps``) every rank also writes the portable
+        checkpoint (model, optimizer, scheduler, RNG, grad scaler) into ``shardcompat/``.
+        """
+        if self.prepared is None:
+            super().save_model(output_dir, _internal_call)
+            return
+        output_dir = output_dir if output_dir is not None else self.args.output_dir
+        state = self.prepared.full_state_dict()  # collective; {} on ranks other than 0
+        if self.args.should_save:
+            model = self.model
+            if next(iter(model.parameters()), None) is None:
+                # The backend flattened the parameters into its wrapper (fairscale FSDP), and
+                # save_pretrained reads the dtype from them: save through an empty twin.
+                self.model = _empty_twin(model)
+            try:
+                self._save(output_dir, state_dict=state)
+            finally:
+                self.model = model
+        if _internal_call:
+            extra = {"scaler": self.prepared.scaler.state_dict()} if self.prepared.scaler is not None else {}
+            self.prepared.save_checkpoint(
+                Path(output_dir) / CHECKPOINT_DIR, step=self.state.global_step, scheduler=self.lr_scheduler, **extra
+            )
+        elif self.args.push_to_hub:
+            self.push_to_hub(commit_message="Model save")
+
+    def _load_rng_state(self, checkpoint: str | None) -> None:
+        """Each rank's random state from the portable checkpoint, at the moment the release restores it."""
+        if self.prepared is None or checkpoint is None:
+            super()._load_rng_state(checkpoint)
+            return
+        from ..checkpoint._common import load_torch, rank, restore_rng, rng_file
+
+        saved = Path(checkpoint) / CHECKPOINT_DIR / rng_file(rank(self.prepared.placement.process_group))
+        if saved.is_file():  # ranks beyond the saved world size keep their own, as load_checkpoint does
+            restore_rng(load_torch(saved))
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        if self.prepared is None or checkpoint is None:
+            super()._load_optimizer_and_scheduler(checkpoint)
+            return
+        portable = Path(checkpoint) / CHECKPOINT_DIR
+        if not portable.is_dir():
+            raise _refuse(
+                f"{checkpoint} has no {CHECKPOINT_DIR}/ folder: it was not written by a sharded run, "
+                "so there is no optimizer state keyed by parameter name to resume from",
+                "Resume it without --sharded_ddp, or start from its weights (model_name_or_path) instead.",
+            )
+        from ..checkpoint._common import restore_rng, rng_state
+
+        # load_checkpoint restores each rank's RNG too; the release does that later, after it
+        # has drawn the data order from the RNG as a fresh run would (see _load_rng_state).
+        now = rng_state()
+        extra = self.prepared.load_checkpoint(portable, scheduler=self.lr_scheduler)
+        restore_rng(now)
+        if self.prepared.scaler is not None and "scaler" in extra:
+            self.prepared.scaler.load_state_dict(extra["scaler"])
+
+
+class Seq2SeqTrainer(Trainer, _hf.Seq2SeqTrainer):  # type: ignore[misc,name-defined]
+    """The installed ``transformers.Seq2SeqTrainer`` with ``sharded_ddp``; see :class:`Trainer`."""
+
+    def prediction_step(
+        self, model: nn.Module, inputs: dict[str, Any], prediction_loss_only: bool,
+        ignore_keys: list[str] | None = None, **gen_kwargs: Any,
+    ) -> Any:
+        if self.prepared is not None and dist.get_world_size() > 1:
+            # generate() stops when its sequences end, at a different step on each rank; the
+            # sharded forward is collective, so every rank keeps stepping until all are done.
+            if not gen_kwargs:  # the release then reads self._gen_kwargs: keep them
+                gen_kwargs = dict(getattr(self, "_gen_kwargs", None) or {})
+            gen_kwargs.setdefault("synced_gpus", True)
+        return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys, **gen_kwargs)
+
+
+def _generate_on_shards(prepared: Prepared) -> None:
+    """Let ``prepared.module.generate()`` see whole parameters (see :data:`_GENERATE`)."""
+    how = _GENERATE.get(prepared.backend)
+    module: Any = prepared.module
+    if how == "forward method":
+        from torch.distributed.fsdp import register_fsdp_forward_method
+
+        register_fsdp_forward_method(module, "generate")
+    elif how == "full parameters":
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        generate = module.generate
+
+        @functools.wraps(generate)
+        def generate_with_full_parameters(*args: Any, **kwargs: Any) -> Any:
+            with FullyShardedDataParallel.summon_full_params(prepared.model, writeback=False):
+                return generate(*args, **kwargs)
+
+        module.generate = generate_with_full_parameters
+
+
+def _empty_twin(model: Any) -> Any:
+    """The same Transformers model class and configuration, parameters on the meta device."""
+    with torch.device("meta"):
+        twin = type(model)(copy.deepcopy(model.config))
+    if getattr(model, "generation_config", None) is not None:
+        twin.generation_config = model.generation_config
+    return twin
+
+
+def _refuse_constructor_arguments(given: dict[str, Any]) -> None:
+    optimizers = given.get("optimizers") or (None, None)
+    if any(o is not None for o in optimizers):
+        raise _refuse(
+            "optimizers=(optimizer, scheduler) were built on the unsharded model; the optimizer must "
+            "be built on the shards, after wrapping",
+            "Leave optimizers= out and choose with --optim/--learning_rate/--weight_decay, or subclass "
+            "the Trainer and override create_optimizer (it is called on the wrapped model's parameters).",
+        )
+    if given.get("model_init") is not None:
+        raise _refuse(
+            "model_init= builds a new model for each train(), and the sharded wrapping belongs to one model",
+            "Pass model= instead.",
+        )
