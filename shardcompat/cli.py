@@ -1,5 +1,5 @@
-"""``shardcompat info | explain | train | run``: what is installed, what options become, a real run,
-and an unmodified Hugging Face Trainer script run with ``--sharded_ddp`` working."""
+"""``shardcompat info | explain | train | checkpoint | run``: what is installed, what options become,
+a real run, checkpoint tools, and an unmodified Hugging Face Trainer script run with ``--sharded_ddp``."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import platform
 import sys
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from .options import BACKEND_CHOICES, ShardingOptionsError, parse_options
@@ -125,6 +126,34 @@ def _explain(args: argparse.Namespace) -> int:
     return 0 if chosen else 1
 
 
+def _consolidate(args: argparse.Namespace) -> int:
+    from .checkpoint import CheckpointError, consolidate
+
+    try:
+        written = consolidate(args.src, args.dst)
+    except CheckpointError as error:
+        print(f"shardcompat checkpoint: error: {error}", file=sys.stderr)
+        return 1
+    print(f"wrote full checkpoint {written}")
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from .checkpoint import CheckpointError, read_manifest
+
+    try:
+        manifest = read_manifest(args.path)
+    except CheckpointError as error:
+        print(f"shardcompat checkpoint: error: {error}", file=sys.stderr)
+        return 1
+    print(
+        f"{args.path}: {manifest['kind']} checkpoint, step {manifest['step']}, saved by "
+        f"{manifest['backend']} '{manifest['options']}' on {manifest['world_size']} ranks, "
+        f"{len(manifest['files'])} files verified"
+    )
+    return 0
+
+
 def _facade() -> list[str]:
     from .fairscale import describe
 
@@ -163,13 +192,20 @@ def build_parser() -> argparse.ArgumentParser:
     explain.set_defaults(run=_explain)
 
     from . import train
-    from .checkpoint.cli import add_checkpoint_command
 
     runner = sub.add_parser("train", help="train a small bundled GPT on local ranks")
     train.configure_parser(runner)
     runner.set_defaults(run=train.run)
 
-    add_checkpoint_command(sub)
+    checkpoint = sub.add_parser("checkpoint", help="inspect and convert shardcompat checkpoints")
+    commands = checkpoint.add_subparsers(dest="checkpoint_command", required=True)
+    cons = commands.add_parser("consolidate", help="turn a sharded checkpoint into the full format")
+    cons.add_argument("src", type=Path, help="the sharded checkpoint directory")
+    cons.add_argument("dst", type=Path, help="where to write the full checkpoint")
+    cons.set_defaults(run=_consolidate)
+    verify = commands.add_parser("verify", help="check a checkpoint's files against its manifest")
+    verify.add_argument("path", type=Path)
+    verify.set_defaults(run=_verify)
 
     from .transformers._cli import add_run_command  # imports no Transformers until a script runs
 

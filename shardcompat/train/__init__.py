@@ -113,17 +113,17 @@ def run(args: argparse.Namespace) -> int:
 
 def _configs(args: argparse.Namespace) -> list[RunConfig]:
     """The requested run, and plain DDP after it with ``--compare-ddp``."""
-    import torch
-
-    from .models import ModelConfig, build_model
-
     options: ShardingOptions = args.sharded_ddp
-    device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda, but no CUDA device is available; use --device cpu")
     for flag in ("steps", "batch_size", "layers", "dim", "heads", "vocab", "seq_len"):
         if getattr(args, flag) < 1:
             raise ValueError(f"--{flag.replace('_', '-')} must be at least 1, got {getattr(args, flag)}")
+    import torch  # after the checks that need no torch: they answer at once
+
+    from .models import ModelConfig, build_model
+
+    device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda, but no CUDA device is available; use --device cpu")
     progress = "off" if args.json else ("bar" if sys.stderr.isatty() else "lines")
     model = ModelConfig(kind=args.model, layers=args.layers, dim=args.dim, heads=args.heads,
                         vocab=args.vocab, seq_len=args.seq_len)
