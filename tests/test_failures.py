@@ -141,7 +141,7 @@ def test_fairscale_fsdp_the_cpu_layer_does_not_fit_is_refused_with_the_fix(monke
     with pytest.raises(NoBackendAvailable) as info:
         resolve(parse_options("zero_dp_3"), "fairscale-fsdp", CPU2)
     message = str(info.value)
-    assert "FSDP needs CUDA" in message and "run on a GPU" in message and "torch-fsdp2 on CPU" in message, message
+    assert "FSDP needs CUDA" in message and "Run on a GPU" in message and "torch-fsdp2 on CPU" in message, message
 
 
 def test_optimizer_instance_is_refused_with_the_factory_form() -> None:
