@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -110,6 +111,18 @@ class Prepared(abc.ABC):
         ``{"state": {name: {...}}, "param_groups": [{..., "params": [names]}]}``.
         """
 
+    def optimizer_group_names(self) -> list[list[str]]:
+        """The original names of the parameters in each of the optimizer's groups, in its order.
+
+        What a checkpoint's parameter groups are matched against (collective: backends that
+        flatten parameters ask the other ranks which names a flat parameter holds).
+        """
+        names = {id(p): _original_name(n) for n, p in self.module.named_parameters()}
+        try:
+            return [[names[id(p)] for p in group["params"]] for group in self.optimizer.param_groups]
+        except KeyError:
+            raise RuntimeError(f"{self.backend}: the optimizer holds a tensor that is not a parameter of the model") from None
+
     @abc.abstractmethod
     def load_full_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         """Load a full model state (as from :meth:`full_state_dict`) on every rank (collective)."""
@@ -149,6 +162,14 @@ class Prepared(abc.ABC):
 
         extra: dict[str, Any] = load_checkpoint(self, path, scheduler=scheduler)
         return extra
+
+
+_WRAPPERS = re.compile(r"(?:^|(?<=\.))(?:_fsdp_wrapped_module|_checkpoint_wrapped_module|_orig_mod)\.")
+
+
+def _original_name(name: str) -> str:
+    """``name`` without the segments FSDP1, activation checkpointing and ``torch.compile`` insert."""
+    return _WRAPPERS.sub("", name)
 
 
 def _local_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:

@@ -334,13 +334,18 @@ class FairscaleFsdpPrepared(Prepared):
                 continue
             mine = local[owner[name]]
             state[name] = {k: full[k][name] if k in sharded else _cloned(v) for k, v in mine.items()}
-        index = {id(p): i for i, p in enumerate(params)}
-        groups = []
-        for group in self.optimizer.param_groups:
-            held = {index[id(p)] for p in group["params"]}
-            names = [n for n in self._names if owner.get(n) in held]
-            groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": names})
+        groups = [
+            {**{k: v for k, v in group.items() if k != "params"}, "params": names}
+            for group, names in zip(self.optimizer.param_groups, self.optimizer_group_names())
+        ]
         return {"state": state, "param_groups": groups}
+
+    def optimizer_group_names(self) -> list[list[str]]:
+        """The original names each group's flat parameters hold, in model order (collective)."""
+        owner = self._owners()
+        index = {id(p): i for i, p in enumerate(self._flat())}
+        held = [{index[id(p)] for p in group["params"]} for group in self.optimizer.param_groups]
+        return [[n for n in self._names if owner.get(n) in flat] for flat in held]
 
     def load_optimizer_state_dict(self, state: dict[str, Any]) -> None:
         owner = self._owners()
