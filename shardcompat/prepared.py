@@ -127,9 +127,23 @@ class Prepared(abc.ABC):
     def load_full_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         """Load a full model state (as from :meth:`full_state_dict`) on every rank (collective)."""
 
-    @abc.abstractmethod
     def load_optimizer_state_dict(self, state: dict[str, Any]) -> None:
-        """Load a name-keyed consolidated optimizer state on every rank (collective)."""
+        """Load a name-keyed consolidated optimizer state on every rank (collective).
+
+        Its parameter groups are matched to this optimizer's by the names they hold, so a state
+        saved with other groups (another backend, another grouping) loads where nothing is lost:
+        each group takes the saved settings of its parameters.  Otherwise
+        :class:`~shardcompat.checkpoint.CheckpointError` says why, and nothing is loaded.
+        """
+        from .checkpoint._groups import match_groups
+
+        names = self.optimizer_group_names()
+        groups = match_groups(state["param_groups"], names, self.optimizer.param_groups, state["state"])
+        self._load_optimizer_state_dict({"state": state["state"], "param_groups": groups})
+
+    @abc.abstractmethod
+    def _load_optimizer_state_dict(self, state: dict[str, Any]) -> None:
+        """Load ``state``, whose groups are this optimizer's, by name and in order (collective)."""
 
     def local_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
         """Every tensor this rank holds for training: ``("param"|"grad"|"optim", tensor)``.

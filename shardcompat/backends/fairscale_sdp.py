@@ -190,7 +190,7 @@ class FairscaleSdpPrepared(Prepared):
                 mine = named_optimizer_state(oss.state_dict(), self._names)
         return mine
 
-    def load_optimizer_state_dict(self, state: dict[str, Any]) -> None:
+    def _load_optimizer_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(indexed_optimizer_state(state, self._names))
 
     def load_full_state_dict(self, state: dict[str, torch.Tensor]) -> None:

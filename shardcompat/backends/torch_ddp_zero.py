@@ -53,7 +53,7 @@ class ZeroPrepared(TorchPrepared):
             state = box[0]
         return state
 
-    def load_optimizer_state_dict(self, state: dict[str, Any]) -> None:
+    def _load_optimizer_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(_by_index(state, self._index_names()))
 
 

@@ -11,7 +11,8 @@ A checkpoint is a directory::
     rng/rank-NNNNN.pt each rank's torch / CUDA / python / numpy random states
 
 Names, not optimizer indices or flat-parameter layouts, are what every backend agrees on, so
-a full checkpoint saved by any backend on any world size loads on any other.  The sharded
+a full checkpoint saved by any backend on any world size loads on any other; parameter groups
+are matched by the names they hold too (:func:`._groups.match_groups`).  The sharded
 format (``sharded=True``) never gathers the model in one process: each rank writes its own
 shards; :func:`consolidate` turns it into the full format.  Both are written into a temporary
 directory and swapped in atomically (:mod:`shardcompat._atomic`), and both are verified
@@ -52,6 +53,7 @@ from ._common import (
     shape_table,
     share,
 )
+from ._groups import match_groups
 
 if TYPE_CHECKING:
     from ..prepared import Prepared
@@ -122,12 +124,13 @@ def load_checkpoint(
     group = prepared.placement.process_group
     manifest = share(rank0_decides(lambda: open_checkpoint(source), group), group)
     sharded = manifest["kind"] == "sharded"
+    names = prepared.optimizer_group_names()  # collective where parameters are flattened
     if sharded and _sharded.dcp_refusal(prepared) is None:
-        return _sharded.load(prepared, source, manifest, scheduler)
+        return _sharded.load(prepared, source, manifest, names, scheduler)
     # The full format, or shards this backend cannot take directly: every rank reads it all.
     expected = shape_table(prepared.full_state_dict(rank0_only=True))  # collective
     rank0_decides(
-        lambda: _validate_full(prepared, source, manifest, expected, scheduler, sharded), group
+        lambda: _validate_full(prepared, source, manifest, expected, names, scheduler, sharded), group
     )
     if sharded:
         model, optim = _sharded.read_full(source)
@@ -149,14 +152,16 @@ def _validate_full(
     path: Path,
     manifest: Mapping[str, Any],
     expected: Mapping[str, list[int]],
+    names: list[list[str]],
     scheduler: Any,
     sharded: bool,
 ) -> None:
     check_names_and_shapes(manifest["model"], expected)
     check_optimizer_kind(prepared, manifest)
     check_trainer(path, scheduler)
-    if sharded:
-        return  # the shards' own metadata is checked as they are read
+    if sharded:  # the shards' own metadata is checked as they are read
+        match_groups(_sharded.read_param_groups(path), names, prepared.optimizer.param_groups)
+        return
     optim = load_torch(path / OPTIMIZER)
     if not isinstance(optim, Mapping) or not {"state", "param_groups"} <= optim.keys():
         raise CheckpointError(f"{path / OPTIMIZER} is not a consolidated optimizer state")
@@ -168,11 +173,9 @@ def _validate_full(
         for key, value in values.items():
             if isinstance(value, torch.Tensor) and value.dim() > 0 and list(value.shape) != expected[name]:
                 problems.append(f"{name}.{key} has shape {tuple(value.shape)}, the parameter {tuple(expected[name])}")
-    groups = len(prepared.optimizer.param_groups)
-    if len(optim["param_groups"]) != groups:
-        problems.append(f"{len(optim['param_groups'])} parameter groups, this optimizer has {groups}")
     if problems:
         raise CheckpointError(f"the optimizer state in {path} does not fit: " + "; ".join(problems))
+    match_groups(optim["param_groups"], names, prepared.optimizer.param_groups, optim["state"])
 
 
 def consolidate(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> Path:
