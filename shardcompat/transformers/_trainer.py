@@ -163,7 +163,6 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
         prepared = prepare(module, self._optimizer_factory(module), self._sharding, backend=self._sharding_backend,
                            device=device if device.type == "cuda" else "cpu")  # Accelerate says cpu:0
         restore_rng(randomness)
-        self._check_parameter_groups(module, prepared)
         if hasattr(module, "generate"):
             _generate_on_shards(prepared)
         self.prepared = prepared
@@ -185,18 +184,19 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
         def build(params: Any) -> torch.optim.Optimizer:
             params = list(params)
             own = {id(p) for p in module.parameters()}
-            if params and all(id(p) in own for p in params) and not self._one_group_will_do(module):
-                # The wrapped model's parameters are the model's own (DDP, FSDP1 with
-                # use_orig_params, FSDP2 in place): create_optimizer (with any override of a
-                # subclass) builds its parameter groups from them.
+            if params and all(id(p) in own for p in params):
+                # The wrapped model's parameters are the model's own (DDP and ZeRO, OSS, FSDP1
+                # with use_orig_params, FSDP2 in place): create_optimizer (with any override of
+                # a subclass) builds its parameter groups from them, and the backend keeps them.
                 saved, self.optimizer, self._building_optimizer = self.optimizer, None, True
                 try:
                     optimizer: torch.optim.Optimizer = self.create_optimizer()
                 finally:
                     self.optimizer, self._building_optimizer = saved, False
                 return optimizer
-            # One group: flat or probe parameters (ZeRO and OSS read the class and settings
-            # from this), or the Trainer's two groups would not differ.
+            # Flat parameters (fairscale FSDP): one group, which is the Trainer's two only when
+            # the decay is the same for every parameter.
+            self._refuse_weight_decay_on_flat_parameters(module)
             cls, kwargs = self._optimizer_class_and_kwargs(module)
             if accepts(cls, "weight_decay"):
                 kwargs = {"weight_decay": self.args.weight_decay, **kwargs}
@@ -204,21 +204,6 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
             return built
 
         return build
-
-    def _one_group_will_do(self, module: nn.Module) -> bool:
-        """Whether the Trainer's default optimizer is the same with one parameter group.
-
-        Its two groups differ only in weight decay.  Without weight decay one group is the
-        same optimizer, and every backend can keep it (ZeRO and OSS keep only one), so a
-        checkpoint resumes on any other backend.  A subclass's own ``create_optimizer``, or an
-        optimizer that needs the model or its own groups, is always asked instead.
-        """
-        if self.args.weight_decay or type(self).create_optimizer is not Trainer.create_optimizer:
-            return False
-        cls, kwargs = self._optimizer_class_and_kwargs(module)
-        return isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer) and not (
-            {"params", "model", "optimizer_dict"} & kwargs.keys()
-        )
 
     def _optimizer_class_and_kwargs(self, module: nn.Module) -> tuple[Any, dict[str, Any]]:
         given = getattr(self, "optimizer_cls_and_kwargs", None)
@@ -230,21 +215,20 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
             cls, kwargs = self.get_optimizer_cls_and_kwargs(self.args)
         return cls, dict(kwargs)
 
-    def _check_parameter_groups(self, module: nn.Module, prepared: Prepared) -> None:
-        """Refuse a backend that dropped the no-weight-decay group while weight decay is on."""
+    def _refuse_weight_decay_on_flat_parameters(self, module: nn.Module) -> None:
+        """A flat parameter holds weights and biases alike: one weight decay for both, or none."""
         if not self.args.weight_decay:
             return
         decay = set(self.get_decay_parameter_names(module))
         names = [n for n, p in module.named_parameters() if p.requires_grad]
         if all(n in decay for n in names) or not any(n in decay for n in names):
             return
-        if len(prepared.optimizer.param_groups) >= 2:
-            return
         raise _refuse(
-            f"{prepared.backend} builds its sharded optimizer from the optimizer's class and settings, "
-            f"so the Trainer's group without weight decay (biases, norms) is lost and "
-            f"weight_decay={self.args.weight_decay} would apply to every parameter",
-            "Set --weight_decay 0, or use zero_dp_2/zero_dp_3, whose backends keep the groups.",
+            "the backend hands the optimizer flattened parameters (fairscale FSDP does), each holding "
+            "weights, biases and norms alike, so the Trainer's group without weight decay cannot be "
+            f"kept and weight_decay={self.args.weight_decay} would apply to every parameter",
+            "Set --weight_decay 0, or use a backend that keeps the parameters "
+            "(torch-fsdp2 for zero_dp_2/zero_dp_3, torch-zero or fairscale-sdp for simple/zero_dp_1).",
         )
 
     def create_optimizer(self, *args: Any, **kwargs: Any) -> torch.optim.Optimizer:
