@@ -180,6 +180,10 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
 
     def _optimizer_factory(self, module: nn.Module) -> Any:
         """``params -> optimizer`` for ``prepare``: the Trainer's own optimizer, on the shards."""
+        # Whether the Trainer's groups differ, read before a backend flattens the parameters away.
+        decay = set(self.get_decay_parameter_names(module))
+        trained = [n for n, p in module.named_parameters() if p.requires_grad]
+        decay_differs = bool(self.args.weight_decay) and 0 < sum(n in decay for n in trained) < len(trained)
 
         def build(params: Any) -> torch.optim.Optimizer:
             params = list(params)
@@ -194,9 +198,16 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
                 finally:
                     self.optimizer, self._building_optimizer = saved, False
                 return optimizer
-            # Flat parameters (fairscale FSDP): one group, which is the Trainer's two only when
-            # the decay is the same for every parameter.
-            self._refuse_weight_decay_on_flat_parameters(module)
+            # Flat parameters (fairscale FSDP), each holding weights, biases and norms alike:
+            # one group, which is the Trainer's two only when the decay is the same for all.
+            if decay_differs:
+                raise _refuse(
+                    "the backend hands the optimizer flattened parameters (fairscale FSDP does), each "
+                    "holding weights, biases and norms alike, so the Trainer's group without weight decay "
+                    f"cannot be kept and weight_decay={self.args.weight_decay} would apply to every parameter",
+                    "Set --weight_decay 0, or use a backend that keeps the parameters "
+                    "(torch-fsdp2 for zero_dp_2/zero_dp_3, torch-zero or fairscale-sdp for simple/zero_dp_1).",
+                )
             cls, kwargs = self._optimizer_class_and_kwargs(module)
             if accepts(cls, "weight_decay"):
                 kwargs = {"weight_decay": self.args.weight_decay, **kwargs}
@@ -214,22 +225,6 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
         else:
             cls, kwargs = self.get_optimizer_cls_and_kwargs(self.args)
         return cls, dict(kwargs)
-
-    def _refuse_weight_decay_on_flat_parameters(self, module: nn.Module) -> None:
-        """A flat parameter holds weights and biases alike: one weight decay for both, or none."""
-        if not self.args.weight_decay:
-            return
-        decay = set(self.get_decay_parameter_names(module))
-        names = [n for n, p in module.named_parameters() if p.requires_grad]
-        if all(n in decay for n in names) or not any(n in decay for n in names):
-            return
-        raise _refuse(
-            "the backend hands the optimizer flattened parameters (fairscale FSDP does), each holding "
-            "weights, biases and norms alike, so the Trainer's group without weight decay cannot be "
-            f"kept and weight_decay={self.args.weight_decay} would apply to every parameter",
-            "Set --weight_decay 0, or use a backend that keeps the parameters "
-            "(torch-fsdp2 for zero_dp_2/zero_dp_3, torch-zero or fairscale-sdp for simple/zero_dp_1).",
-        )
 
     def create_optimizer(self, *args: Any, **kwargs: Any) -> torch.optim.Optimizer:
         """With sharding: wrap the model first; the optimizer is built on its shards."""
