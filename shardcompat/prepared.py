@@ -170,11 +170,12 @@ class Prepared(abc.ABC):
         written: Path = save_checkpoint(self, path, **extra)
         return written
 
-    def load_checkpoint(self, path: str | Path, *, scheduler: Any = None) -> dict[str, Any]:
-        """Restore model, optimizer, step, RNG (and ``scheduler``) from ``path`` (collective)."""
+    def load_checkpoint(self, path: str | Path, *, scheduler: Any = None, restore_rng: bool = True) -> dict[str, Any]:
+        """Restore model, optimizer, step, RNG (unless ``restore_rng=False``) and ``scheduler``
+        from ``path`` (collective); see :func:`shardcompat.checkpoint.load_checkpoint`."""
         from .checkpoint import load_checkpoint
 
-        extra: dict[str, Any] = load_checkpoint(self, path, scheduler=scheduler)
+        extra: dict[str, Any] = load_checkpoint(self, path, scheduler=scheduler, restore_rng=restore_rng)
         return extra
 
 

@@ -37,7 +37,7 @@ import torch.distributed as dist
 from torch import nn
 
 from shardcompat.backends import get
-from shardcompat.checkpoint import CheckpointError, consolidate, read_manifest
+from shardcompat.checkpoint import CheckpointError, consolidate, load_rng_state, read_manifest
 from shardcompat.launch import spawn
 from tests._parity import DIM, MLP, build_model, two_groups
 
@@ -163,6 +163,26 @@ def _rng_probe() -> tuple[list[float], float, float]:
     return torch.rand(3).tolist(), random.random(), float(numpy.random.rand())
 
 
+def _seed(seed: int) -> None:
+    import numpy
+
+    torch.manual_seed(seed)
+    random.seed(seed)
+    numpy.random.seed(seed)
+
+
+def _rng_later(name: str, path: Path) -> dict[str, Any]:
+    """``restore_rng=False`` leaves the random states alone; ``load_rng_state`` restores them."""
+    prepared, scheduler = _prepare(name, seed=1)
+    _seed(99)
+    prepared.load_checkpoint(path, scheduler=scheduler, restore_rng=False)
+    after_load = _rng_probe()
+    _seed(99)
+    untouched = after_load == _rng_probe()
+    loaded = load_rng_state(path)
+    return {"untouched": untouched, "loaded": loaded, "probe": _rng_probe()}
+
+
 def _error(fn: Any) -> str:
     try:
         fn()
@@ -203,6 +223,7 @@ def _phase_save(rank: int, world: int, root: str, names: list[str]) -> dict[str,
                 "final": again.full_state_dict(),
                 "lr": again_sched.get_last_lr(),
             }
+            res[f"rng_later_{kind}"] = _rng_later(name, path)
         res["lr"] = scheduler.get_last_lr()
         out[name] = res
     ref = _DDP(build_model("mlp", 0), two_groups)
@@ -257,6 +278,7 @@ def _phase_resume(
         after = prepared.full_state_dict()
         unchanged = all(torch.equal(before[k], after[k]) for k in before)
         out[label] = {"message": message, "unchanged": unchanged, "step": prepared.step_count}
+    out["rng_loaded"] = load_rng_state(Path(root, sources[0]))  # saved by 2 ranks, loaded on 4
     return out
 
 
@@ -289,7 +311,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     bad = _damage(root, AVAILABLE[0], sharded[0])
     sources = [f"{n}-full" for n in AVAILABLE] + [f"{n}-sharded" for n in sharded] + ["consolidated"]
     resumed = spawn(_phase_resume, RESUMED_ON, (str(root), sources, AVAILABLE, bad), timeout=300)
-    return {"root": root, "saved": saved, "resumed": resumed[0], "sharded": sharded, "bad": bad}
+    return {"root": root, "saved": saved, "resumed": resumed[0], "sharded": sharded, "bad": bad,
+            "rng_loaded": [rank["rng_loaded"] for rank in resumed]}
 
 
 def _damage(root: Path, full_of: str, sharded_of: str) -> dict[str, str]:
@@ -402,8 +425,36 @@ def test_same_backend_same_world_resumes_exactly(runs: dict[str, Any], name: str
             assert again["probe"] == res["probe"], f"rank {rank} {kind}: RNG state not restored"
             assert again["lr"] == res["lr"], f"{kind}: scheduler not restored"
             assert again["tail"] == res["tail"], f"{kind}: {again['tail']} != {res['tail']} (must be exact)"
+            later = res[f"rng_later_{kind}"]
+            assert later["untouched"], f"rank {rank} {kind}: restore_rng=False changed the random states"
+            assert later["loaded"] and later["probe"] == res["probe"], f"rank {rank} {kind}: load_rng_state"
             for key, value in res["final"].items():
                 assert torch.equal(value, again["final"][key]), f"{kind}: {key} differs after resume"
+
+
+def test_load_rng_state_restores_this_ranks_states_from_a_verified_file(runs: dict[str, Any], tmp_path: Path) -> None:
+    """Ranks beyond the saved world size keep theirs; a damaged file is refused, naming it."""
+    assert runs["rng_loaded"] == [True, True, False, False]
+    name = AVAILABLE[0]
+    good = runs["root"] / f"{name}-full"
+    bad = tmp_path / "bad"
+    shutil.copytree(good, bad)
+    rng = bad / "rng" / "rank-00000.pt"
+    data = bytearray(rng.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    rng.write_bytes(bytes(data))
+    import numpy
+
+    with torch.random.fork_rng(devices=[]):  # this process is rank 0 without a process group
+        python, numpy_state = random.getstate(), numpy.random.get_state()
+        try:
+            with pytest.raises(CheckpointError, match=r"rng/rank-00000.pt: sha256 differs"):
+                load_rng_state(bad)
+            assert load_rng_state(good)
+            assert _rng_probe() == runs["saved"][0][name]["probe"]
+        finally:
+            random.setstate(python)
+            numpy.random.set_state(numpy_state)
 
 
 def test_manifest_describes_the_checkpoint(runs: dict[str, Any]) -> None:

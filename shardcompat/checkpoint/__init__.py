@@ -19,8 +19,8 @@ directory and swapped in atomically (:mod:`shardcompat._atomic`), and both are v
 entirely (checksums, names, shapes, optimizer kind) before anything is loaded.
 
 Loading restores the model, optimizer, ``prepared.step_count``, the scheduler passed in and
-each rank's RNG (ranks beyond the saved world size keep their own RNG), and returns
-``{"step": step, **extra}``.
+each rank's RNG (ranks beyond the saved world size keep their own RNG; ``restore_rng=False``
+leaves it for :func:`load_rng_state` to restore later), and returns ``{"step": step, **extra}``.
 """
 
 from __future__ import annotations
@@ -46,7 +46,9 @@ from ._common import (
     header,
     load_torch,
     open_checkpoint,
+    rank,
     rank0_decides,
+    restore_rank_rng,
     restore_trainer,
     rng_file,
     rng_state,
@@ -62,6 +64,7 @@ __all__ = [
     "CheckpointError",
     "consolidate",
     "load_checkpoint",
+    "load_rng_state",
     "read_manifest",
     "save_checkpoint",
 ]
@@ -112,13 +115,14 @@ def save_checkpoint(
 
 
 def load_checkpoint(
-    prepared: Prepared, path: str | os.PathLike[str], *, scheduler: Any = None
+    prepared: Prepared, path: str | os.PathLike[str], *, scheduler: Any = None, restore_rng: bool = True
 ) -> dict[str, Any]:
     """Restore ``prepared`` (and ``scheduler``) from the checkpoint at ``path`` (collective).
 
     Works for both formats, from any backend and world size.  Everything is checked first;
     a damaged or mismatched checkpoint raises :class:`CheckpointError` and changes nothing.
-    Returns ``{"step": step, **extra}``.
+    Each rank's random states are restored too, unless ``restore_rng=False`` (then
+    :func:`load_rng_state` restores them when the loop wants).  Returns ``{"step": step, **extra}``.
     """
     source = Path(path)
     group = prepared.placement.process_group
@@ -126,7 +130,7 @@ def load_checkpoint(
     sharded = manifest["kind"] == "sharded"
     names = prepared.optimizer_group_names()  # collective where parameters are flattened
     if sharded and _sharded.dcp_refusal(prepared) is None:
-        return _sharded.load(prepared, source, manifest, names, scheduler)
+        return _sharded.load(prepared, source, manifest, names, scheduler, restore_rng)
     # The full format, or shards this backend cannot take directly: every rank reads it all.
     expected = shape_table(prepared.full_state_dict(rank0_only=True))  # collective
     rank0_decides(
@@ -139,7 +143,21 @@ def load_checkpoint(
     prepared.load_full_state_dict(model)
     del model
     prepared.load_optimizer_state_dict(optim)
-    return restore_trainer(prepared, source, scheduler)
+    return restore_trainer(prepared, source, scheduler, restore_rng)
+
+
+def load_rng_state(path: str | os.PathLike[str], *, group: Any = None) -> bool:
+    """Restore this rank's random states (torch, CUDA, Python, numpy) from the checkpoint at ``path``.
+
+    What :func:`load_checkpoint` does last, for a loop that restores them at another moment
+    (load with ``restore_rng=False``): the Hugging Face Trainer, for one, first draws the data
+    order as a fresh run would.  ``group`` numbers the ranks (the default process group when
+    ``None``); only this rank's file is read and verified, so this is not collective.
+    Returns ``False``, changing nothing, on a rank beyond the world size that saved it.
+    """
+    source = Path(path)
+    open_checkpoint(source, only=[rng_file(rank(group))])
+    return restore_rank_rng(source, group)
 
 
 def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -105,7 +105,8 @@ def save(prepared: Prepared, path: Path, trainer: Mapping[str, Any]) -> None:
 
 
 def load(
-    prepared: Prepared, path: Path, manifest: Mapping[str, Any], names: list[list[str]], scheduler: Any
+    prepared: Prepared, path: Path, manifest: Mapping[str, Any], names: list[list[str]], scheduler: Any,
+    rng: bool,
 ) -> dict[str, Any]:
     """Load shards in place through DCP (resharding to this world size), after checking them.
 
@@ -133,7 +134,7 @@ def load(
         raise CheckpointError(f"{path}: the shards do not fit this model/optimizer: {error}") from error
     optim = {"state": optim["state"], "param_groups": groups}
     set_state_dict(prepared.model, prepared.optimizer, model_state_dict=model, optim_state_dict=optim)
-    return restore_trainer(prepared, path, scheduler)
+    return restore_trainer(prepared, path, scheduler, rng)
 
 
 def read_full(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -157,12 +157,10 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
         device = self.args.device
         ensure_group(device)
         module: nn.Module = self.model
-        from ..checkpoint._common import restore_rng, rng_state
-
-        randomness = rng_state()  # wrapping must not move the random stream (dropout) the run sees
-        prepared = prepare(module, self._optimizer_factory(module), self._sharding, backend=self._sharding_backend,
-                           device=device if device.type == "cuda" else "cpu")  # Accelerate says cpu:0
-        restore_rng(randomness)
+        # Wrapping must not move the random stream (dropout) the run sees: fairscale FSDP draws from it.
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            prepared = prepare(module, self._optimizer_factory(module), self._sharding, backend=self._sharding_backend,
+                               device=device if device.type == "cuda" else "cpu")  # Accelerate says cpu:0
         if hasattr(module, "generate"):
             _generate_on_shards(prepared)
         self.prepared = prepared
@@ -297,11 +295,9 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
         if self.prepared is None or checkpoint is None:
             super()._load_rng_state(checkpoint)
             return
-        from ..checkpoint._common import load_torch, rank, restore_rng, rng_file
+        from ..checkpoint import load_rng_state
 
-        saved = Path(checkpoint) / CHECKPOINT_DIR / rng_file(rank(self.prepared.placement.process_group))
-        if saved.is_file():  # ranks beyond the saved world size keep their own, as load_checkpoint does
-            restore_rng(load_torch(saved))
+        load_rng_state(Path(checkpoint) / CHECKPOINT_DIR, group=self.prepared.placement.process_group)
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         if self.prepared is None or checkpoint is None:
@@ -314,13 +310,9 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
                 "so there is no optimizer state keyed by parameter name to resume from",
                 "Resume it without --sharded_ddp, or start from its weights (model_name_or_path) instead.",
             )
-        from ..checkpoint._common import restore_rng, rng_state
-
-        # load_checkpoint restores each rank's RNG too; the release does that later, after it
-        # has drawn the data order from the RNG as a fresh run would (see _load_rng_state).
-        now = rng_state()
-        extra = self.prepared.load_checkpoint(portable, scheduler=self.lr_scheduler)
-        restore_rng(now)
+        # The release restores each rank's RNG later, after it has drawn the data order from it
+        # as a fresh run would (see _load_rng_state).
+        extra = self.prepared.load_checkpoint(portable, scheduler=self.lr_scheduler, restore_rng=False)
         if self.prepared.scaler is not None and "scaler" in extra:
             self.prepared.scaler.load_state_dict(extra["scaler"])
 
