@@ -25,7 +25,7 @@ import os
 import shutil
 import sys
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -195,15 +195,18 @@ def read_manifest(path: Path) -> dict[str, Any]:
     return manifest
 
 
-def verify(path: str | os.PathLike[str]) -> dict[str, Any]:
+def verify(path: str | os.PathLike[str], only: Collection[str] | None = None) -> dict[str, Any]:
     """Check every file the manifest lists (present, size, sha256); return the manifest.
 
-    Reports every problem at once, naming the file and what differs.
+    ``only``: check just those of the listed files.  Reports every problem at once, naming the
+    file and what differs.
     """
     root = Path(path)
     manifest = read_manifest(root)
     problems: list[str] = []
     for rel, want in sorted(manifest["files"].items()):
+        if only is not None and rel not in only:
+            continue
         file = root / rel
         if not file.is_file():
             problems.append(f"{rel}: missing")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -110,13 +111,39 @@ class Prepared(abc.ABC):
         ``{"state": {name: {...}}, "param_groups": [{..., "params": [names]}]}``.
         """
 
+    def optimizer_group_names(self) -> list[list[str]]:
+        """The original names of the parameters in each of the optimizer's groups, in its order.
+
+        What a checkpoint's parameter groups are matched against (collective: backends that
+        flatten parameters ask the other ranks which names a flat parameter holds).
+        """
+        names = {id(p): _original_name(n) for n, p in self.module.named_parameters()}
+        try:
+            return [[names[id(p)] for p in group["params"]] for group in self.optimizer.param_groups]
+        except KeyError:
+            raise RuntimeError(f"{self.backend}: the optimizer holds a tensor that is not a parameter of the model") from None
+
     @abc.abstractmethod
     def load_full_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         """Load a full model state (as from :meth:`full_state_dict`) on every rank (collective)."""
 
-    @abc.abstractmethod
     def load_optimizer_state_dict(self, state: dict[str, Any]) -> None:
-        """Load a name-keyed consolidated optimizer state on every rank (collective)."""
+        """Load a name-keyed consolidated optimizer state on every rank (collective).
+
+        Its parameter groups are matched to this optimizer's by the names they hold, so a state
+        saved with other groups (another backend, another grouping) loads where nothing is lost:
+        each group takes the saved settings of its parameters.  Otherwise
+        :class:`~shardcompat.checkpoint.CheckpointError` says why, and nothing is loaded.
+        """
+        from .checkpoint._groups import match_groups
+
+        names = self.optimizer_group_names()
+        groups = match_groups(state["param_groups"], names, self.optimizer.param_groups, state["state"])
+        self._load_optimizer_state_dict({"state": state["state"], "param_groups": groups})
+
+    @abc.abstractmethod
+    def _load_optimizer_state_dict(self, state: dict[str, Any]) -> None:
+        """Load ``state``, whose groups are this optimizer's, by name and in order (collective)."""
 
     def local_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
         """Every tensor this rank holds for training: ``("param"|"grad"|"optim", tensor)``.
@@ -143,12 +170,21 @@ class Prepared(abc.ABC):
         written: Path = save_checkpoint(self, path, **extra)
         return written
 
-    def load_checkpoint(self, path: str | Path, *, scheduler: Any = None) -> dict[str, Any]:
-        """Restore model, optimizer, step, RNG (and ``scheduler``) from ``path`` (collective)."""
+    def load_checkpoint(self, path: str | Path, *, scheduler: Any = None, restore_rng: bool = True) -> dict[str, Any]:
+        """Restore model, optimizer, step, RNG (unless ``restore_rng=False``) and ``scheduler``
+        from ``path`` (collective); see :func:`shardcompat.checkpoint.load_checkpoint`."""
         from .checkpoint import load_checkpoint
 
-        extra: dict[str, Any] = load_checkpoint(self, path, scheduler=scheduler)
+        extra: dict[str, Any] = load_checkpoint(self, path, scheduler=scheduler, restore_rng=restore_rng)
         return extra
+
+
+_WRAPPERS = re.compile(r"(?:^|(?<=\.))(?:_fsdp_wrapped_module|_checkpoint_wrapped_module|_orig_mod)\.")
+
+
+def _original_name(name: str) -> str:
+    """``name`` without the segments FSDP1, activation checkpointing and ``torch.compile`` insert."""
+    return _WRAPPERS.sub("", name)
 
 
 def _local_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:

@@ -72,9 +72,20 @@ class BlockModel(nn.Module):
 
 
 MODELS: dict[str, Callable[[], nn.Module]] = {"mlp": MLP, "blocks": BlockModel}
+def two_groups(params: Any) -> torch.optim.Optimizer:
+    """AdamW with two parameter groups, as the Hugging Face Trainer builds it: weight decay on
+    the matrices, none on biases and norms, which also get their own learning rate."""
+    params = list(params)
+    return torch.optim.AdamW([
+        {"params": [p for p in params if p.dim() > 1], "weight_decay": 0.1},
+        {"params": [p for p in params if p.dim() <= 1], "weight_decay": 0.0, "lr": 3e-3},
+    ], lr=1e-2)
+
+
 OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
     "sgd": functools.partial(torch.optim.SGD, lr=0.05, momentum=0.9),
     "adamw": functools.partial(torch.optim.AdamW, lr=1e-2, weight_decay=0.01),
+    "groups": two_groups,  # on backends whose optimizer sees the model's own parameters
 }
 
 
@@ -224,6 +235,9 @@ def train(case: Case, rank: int, prepare_kwargs: dict[str, Any] | None = None) -
         "units": sharded_units(runner.model),
         "scaler": type(getattr(runner, "scaler", None)).__name__,
         "call": getattr(getattr(runner, "plan", None), "call", ""),
+        # the settings of each group of the optimizer that steps this rank's parameters
+        "groups": [{k: g[k] for k in ("lr", "weight_decay") if k in g}
+                   for g in getattr(runner.optimizer, "optim", runner.optimizer).param_groups],
     }
     return Result(losses, state if rank == 0 else {}, runner.backend, info)
 
@@ -290,9 +304,9 @@ def assert_matches_ddp(results: dict[Case, Result | str], case: Case, tol: float
 
 
 def matrix(options: Sequence[str], backend: str, **fields: Any) -> list[Case]:
-    """Every option string on ``backend`` with each model and each optimizer."""
+    """Every option string on ``backend`` with each model and each one-group optimizer."""
     return [Case(o, backend, model=m, optimizer=opt, **fields)
-            for o in options for m in MODELS for opt in OPTIMIZERS]
+            for o in options for m in MODELS for opt in ("sgd", "adamw")]
 
 
 def case_id(case: Case) -> str:

@@ -37,9 +37,9 @@ import torch.distributed as dist
 from torch import nn
 
 from shardcompat.backends import get
-from shardcompat.checkpoint import CheckpointError, consolidate, read_manifest
+from shardcompat.checkpoint import CheckpointError, consolidate, load_rng_state, read_manifest
 from shardcompat.launch import spawn
-from tests._parity import DIM, MLP, build_model
+from tests._parity import DIM, MLP, build_model, two_groups
 
 pytestmark = pytest.mark.slow
 
@@ -70,6 +70,38 @@ UNAVAILABLE = {name: why for name in BACKENDS if (why := _probe_reason(name))}
 AVAILABLE = [name for name in BACKENDS if name not in UNAVAILABLE]
 SHARDED_WRITERS = ("torch-fsdp1", "torch-fsdp2")  # DCP-capable; the others must refuse
 ADAMW = functools.partial(torch.optim.AdamW, lr=1e-2, weight_decay=0.01)
+# Checkpoints of a two-group optimizer (weight decay and lr per group): full, and sharded.
+GROUPED = {"torch-zero": "groups-full", "torch-fsdp2": "groups-sharded"}
+# Backends that show the factory the model's parameters with their shapes.  (FSDP1 keeps the
+# groups too, but its parameters are 1-D shards there, which ``two_groups`` cannot tell apart
+# by dimension; the Trainer tests group them by name.)
+KEEP_GROUPS = ("torch-zero", "torch-fsdp2", "fairscale-sdp")
+
+
+def _reversed_groups(params: Any) -> torch.optim.Optimizer:
+    """The same two groups as ``two_groups``, the other way round."""
+    built = two_groups(params)
+    return torch.optim.AdamW(built.param_groups[::-1], lr=1e-2)
+
+
+def _three_groups(params: Any) -> torch.optim.Optimizer:
+    """``two_groups`` with its weight-decay group split in two (the same settings)."""
+    decayed, plain = two_groups(params).param_groups
+    first, rest = decayed["params"][:1], decayed["params"][1:]
+    return torch.optim.AdamW([{**decayed, "params": first}, {**decayed, "params": rest}, plain], lr=1e-2)
+
+
+def _without_last_bias(params: Any) -> torch.optim.Optimizer:
+    return ADAMW(list(params)[:-1])
+
+
+FACTORIES = {"two": two_groups, "reversed": _reversed_groups, "three": _three_groups}
+# label: (backend, optimizer factory) the good checkpoint of another grouping is refused by
+GROUP_REFUSALS = {
+    "wrong-groups-merged": ("torch-zero", ADAMW),  # one group: both saved groups' settings
+    "wrong-groups-sharded": ("torch-fsdp2", ADAMW),  # the same, through DCP
+    "wrong-groups-lost": ("torch-zero", _without_last_bias),  # saved state nowhere to go
+}
 
 
 def _batch(step: int, rank: int, world: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -83,9 +115,9 @@ def _batch(step: int, rank: int, world: int) -> tuple[torch.Tensor, torch.Tensor
 class _DDP:
     """The reference: plain DDP built by hand, the same loop surface as ``Prepared``."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, optimizer: Any = ADAMW) -> None:
         self.model = nn.parallel.DistributedDataParallel(model)
-        self.optimizer = ADAMW(self.model.parameters())
+        self.optimizer = optimizer(self.model.parameters())
 
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()
@@ -131,6 +163,26 @@ def _rng_probe() -> tuple[list[float], float, float]:
     return torch.rand(3).tolist(), random.random(), float(numpy.random.rand())
 
 
+def _seed(seed: int) -> None:
+    import numpy
+
+    torch.manual_seed(seed)
+    random.seed(seed)
+    numpy.random.seed(seed)
+
+
+def _rng_later(name: str, path: Path) -> dict[str, Any]:
+    """``restore_rng=False`` leaves the random states alone; ``load_rng_state`` restores them."""
+    prepared, scheduler = _prepare(name, seed=1)
+    _seed(99)
+    prepared.load_checkpoint(path, scheduler=scheduler, restore_rng=False)
+    after_load = _rng_probe()
+    _seed(99)
+    untouched = after_load == _rng_probe()
+    loaded = load_rng_state(path)
+    return {"untouched": untouched, "loaded": loaded, "probe": _rng_probe()}
+
+
 def _error(fn: Any) -> str:
     try:
         fn()
@@ -171,9 +223,21 @@ def _phase_save(rank: int, world: int, root: str, names: list[str]) -> dict[str,
                 "final": again.full_state_dict(),
                 "lr": again_sched.get_last_lr(),
             }
+            res[f"rng_later_{kind}"] = _rng_later(name, path)
         res["lr"] = scheduler.get_last_lr()
         out[name] = res
+    ref = _DDP(build_model("mlp", 0), two_groups)
+    out["reference_groups"] = _train(ref, _scheduler(ref.optimizer), 0, K + M)
+    out["reference_group_settings"] = _settings(ref.optimizer)
+    for name in (n for n in GROUPED if n in names):
+        prepared, scheduler = _prepare(name, optimizer=two_groups)
+        _train(prepared, scheduler, 0, K)
+        prepared.save_checkpoint(Path(root, GROUPED[name]), sharded=name in SHARDED_WRITERS, scheduler=scheduler)
     return out
+
+
+def _settings(optimizer: torch.optim.Optimizer) -> list[tuple[float, float]]:
+    return [(group["lr"], group["weight_decay"]) for group in optimizer.param_groups]
 
 
 def _simulated_crash(prepared: Any, scheduler: Any, path: Path) -> str:
@@ -199,17 +263,31 @@ def _phase_resume(
         prepared, scheduler = _prepare(name, seed=1)
         info = prepared.load_checkpoint(Path(root, source), scheduler=scheduler)
         out[(source, name)] = {"info": info, "tail": _train(prepared, scheduler, K, K + M)}
-    target = names[-1]
+    for source, name, factory in _group_resumes(names):
+        prepared, scheduler = _prepare(name, seed=1, optimizer=FACTORIES[factory])
+        prepared.load_checkpoint(Path(root, source), scheduler=scheduler)
+        tail = _train(prepared, scheduler, K, K + M)
+        out[(source, name, factory)] = {"tail": tail, "settings": _settings(prepared.optimizer)}
     for label, path in bad.items():  # refusals, model left untouched
         model = _WideMLP() if label == "wrong-shape" else build_model("blocks") if label == "wrong-model" else None
         optimizer = functools.partial(torch.optim.SGD, lr=0.1) if label == "wrong-optimizer" else ADAMW
+        target, optimizer = GROUP_REFUSALS.get(label, (names[-1], optimizer))
         prepared, _ = _prepare(target, seed=1, model=model, optimizer=optimizer)
         before = prepared.full_state_dict()
         message = _error(lambda path=path, prepared=prepared: prepared.load_checkpoint(path))
         after = prepared.full_state_dict()
         unchanged = all(torch.equal(before[k], after[k]) for k in before)
         out[label] = {"message": message, "unchanged": unchanged, "step": prepared.step_count}
+    out["rng_loaded"] = load_rng_state(Path(root, sources[0]))  # saved by 2 ranks, loaded on 4
     return out
+
+
+def _group_resumes(names: list[str]) -> list[tuple[str, str, str]]:
+    """(checkpoint, backend, factory): two-group checkpoints on every backend that keeps the
+    groups, a one-group one into two groups, and two groups into other numbers and orders."""
+    two = [(GROUPED[saver], name, "two") for saver in GROUPED for name in names if name in KEEP_GROUPS]
+    return [*two, ("torch-zero-full", "torch-fsdp2", "two"), ("groups-full", "torch-fsdp2", "reversed"),
+            ("groups-sharded", "torch-zero", "three"), ("groups-sharded", "torch-fsdp2", "three")]
 
 
 class _WideMLP(MLP):
@@ -233,7 +311,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     bad = _damage(root, AVAILABLE[0], sharded[0])
     sources = [f"{n}-full" for n in AVAILABLE] + [f"{n}-sharded" for n in sharded] + ["consolidated"]
     resumed = spawn(_phase_resume, RESUMED_ON, (str(root), sources, AVAILABLE, bad), timeout=300)
-    return {"root": root, "saved": saved, "resumed": resumed[0], "sharded": sharded, "bad": bad}
+    return {"root": root, "saved": saved, "resumed": resumed[0], "sharded": sharded, "bad": bad,
+            "rng_loaded": [rank["rng_loaded"] for rank in resumed]}
 
 
 def _damage(root: Path, full_of: str, sharded_of: str) -> dict[str, str]:
@@ -256,6 +335,8 @@ def _damage(root: Path, full_of: str, sharded_of: str) -> dict[str, str]:
     (copy("missing-shard", sharded) / "__1_0.distcp").unlink()
     for label in ("wrong-model", "wrong-shape", "wrong-optimizer"):
         cases[label] = str(full)
+    for label, source in zip(GROUP_REFUSALS, ("groups-full", "groups-sharded", "torch-zero-full")):
+        cases[label] = str(root / source)
     return cases
 
 
@@ -305,6 +386,33 @@ def test_sharded_checkpoint_resumes_on_any_backend(runs: dict[str, Any], resumed
         _assert_close(got["tail"], runs["saved"][0]["reference"][K:], f"{source} -> {resumed_by}")
 
 
+@pytest.mark.parametrize("resumed_by", [pytest.param(b, marks=_skip_unavailable(b)) for b in KEEP_GROUPS])
+def test_two_parameter_groups_resume_on_every_backend_that_keeps_them(runs: dict[str, Any], resumed_by: str) -> None:
+    """Weight decay and lr per group, saved full by ZeRO and sharded by FSDP2, resumed on 4 ranks."""
+    saved = runs["saved"][0]
+    for source in GROUPED.values():
+        got = runs["resumed"][(source, resumed_by, "two")]
+        _assert_close(got["tail"], saved["reference_groups"][K:], f"{source} -> {resumed_by}")
+        assert got["settings"] == saved["reference_group_settings"], f"{source} -> {resumed_by}"
+
+
+def test_parameter_groups_are_matched_by_the_names_they_hold(runs: dict[str, Any]) -> None:
+    """Other numbers and orders of groups resume where every group can take its saved settings."""
+    saved, resumed = runs["saved"][0], runs["resumed"]
+    decayed, plain = saved["reference_group_settings"]
+    for key, settings in (
+        (("groups-full", "torch-fsdp2", "reversed"), [plain, decayed]),
+        (("groups-sharded", "torch-zero", "three"), [decayed, decayed, plain]),
+        (("groups-sharded", "torch-fsdp2", "three"), [decayed, decayed, plain]),
+    ):
+        _assert_close(resumed[key]["tail"], saved["reference_groups"][K:], str(key))
+        assert resumed[key]["settings"] == settings, key
+    # one saved group into two: both take its settings, as torch's load_state_dict would
+    one_into_two = resumed[("torch-zero-full", "torch-fsdp2", "two")]
+    _assert_close(one_into_two["tail"], saved["reference"][K:], "one group into two")
+    assert [wd for _, wd in one_into_two["settings"]] == [0.01, 0.01]
+
+
 @pytest.mark.parametrize("name", [pytest.param(n, marks=_skip_unavailable(n)) for n in BACKENDS])
 def test_same_backend_same_world_resumes_exactly(runs: dict[str, Any], name: str) -> None:
     """Resuming at step K reproduces the uninterrupted run bit for bit, RNG streams included."""
@@ -317,8 +425,36 @@ def test_same_backend_same_world_resumes_exactly(runs: dict[str, Any], name: str
             assert again["probe"] == res["probe"], f"rank {rank} {kind}: RNG state not restored"
             assert again["lr"] == res["lr"], f"{kind}: scheduler not restored"
             assert again["tail"] == res["tail"], f"{kind}: {again['tail']} != {res['tail']} (must be exact)"
+            later = res[f"rng_later_{kind}"]
+            assert later["untouched"], f"rank {rank} {kind}: restore_rng=False changed the random states"
+            assert later["loaded"] and later["probe"] == res["probe"], f"rank {rank} {kind}: load_rng_state"
             for key, value in res["final"].items():
                 assert torch.equal(value, again["final"][key]), f"{kind}: {key} differs after resume"
+
+
+def test_load_rng_state_restores_this_ranks_states_from_a_verified_file(runs: dict[str, Any], tmp_path: Path) -> None:
+    """Ranks beyond the saved world size keep theirs; a damaged file is refused, naming it."""
+    assert runs["rng_loaded"] == [True, True, False, False]
+    name = AVAILABLE[0]
+    good = runs["root"] / f"{name}-full"
+    bad = tmp_path / "bad"
+    shutil.copytree(good, bad)
+    rng = bad / "rng" / "rank-00000.pt"
+    data = bytearray(rng.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    rng.write_bytes(bytes(data))
+    import numpy
+
+    with torch.random.fork_rng(devices=[]):  # this process is rank 0 without a process group
+        python, numpy_state = random.getstate(), numpy.random.get_state()
+        try:
+            with pytest.raises(CheckpointError, match=r"rng/rank-00000.pt: sha256 differs"):
+                load_rng_state(bad)
+            assert load_rng_state(good)
+            assert _rng_probe() == runs["saved"][0][name]["probe"]
+        finally:
+            random.setstate(python)
+            numpy.random.set_state(numpy_state)
 
 
 def test_manifest_describes_the_checkpoint(runs: dict[str, Any]) -> None:
@@ -385,6 +521,13 @@ def test_backends_without_dcp_refuse_sharded_with_the_alternative(runs: dict[str
         assert not (runs["root"] / f"{name}-sharded").exists()
 
 
+_MERGED = (
+    "the optimizer's parameter groups do not match the checkpoint's: this optimizer's group 0 holds "
+    "'net.0.weight' and 'net.0.bias', which the checkpoint keeps in groups with different settings "
+    "(initial_lr 0.01 vs 0.003, lr "
+)
+
+
 @pytest.mark.parametrize(
     ("label", "expected"),
     [
@@ -394,6 +537,9 @@ def test_backends_without_dcp_refuse_sharded_with_the_alternative(runs: dict[str
         ("wrong-model", "missing from the checkpoint: blocks.0.attn.in_proj_weight"),
         ("wrong-shape", "net.2.weight: checkpoint (32, 32), model (24, 32)"),
         ("wrong-optimizer", "the checkpoint holds AdamW optimizer state, but this optimizer is SGD"),
+        ("wrong-groups-merged", _MERGED),
+        ("wrong-groups-sharded", _MERGED),
+        ("wrong-groups-lost", "the checkpoint's optimizer holds 'net.4.bias', which this optimizer does not"),
     ],
 )
 def test_damaged_or_mismatched_checkpoint_is_refused(runs: dict[str, Any], label: str, expected: str) -> None:
@@ -406,6 +552,8 @@ def test_damaged_or_mismatched_checkpoint_is_refused(runs: dict[str, Any], label
         assert re.search(expected if label == "truncated" else re.escape(expected), message), message
     if label == "wrong-model":
         assert "not in the model: net.0.bias" in message, message
+    if label in ("wrong-groups-merged", "wrong-groups-sharded"):
+        assert "weight_decay 0.1 vs 0.0)" in message and "keep them apart" in message, message
     assert got["unchanged"], f"{label}: the model changed although the load was refused"
     assert got["step"] == 0
     if not label.startswith("wrong"):  # damaged copies stay as they were (nothing rewritten)

@@ -181,7 +181,7 @@ class TorchPrepared(Prepared):
 
         set_model_state_dict(self.model, dict(state), options=StateDictOptions(full_state_dict=True))
 
-    def load_optimizer_state_dict(self, state: dict[str, Any]) -> None:
+    def _load_optimizer_state_dict(self, state: dict[str, Any]) -> None:
         from torch.distributed.checkpoint.state_dict import (
             StateDictOptions,
             set_optimizer_state_dict,

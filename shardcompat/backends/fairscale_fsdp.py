@@ -334,22 +334,23 @@ class FairscaleFsdpPrepared(Prepared):
                 continue
             mine = local[owner[name]]
             state[name] = {k: full[k][name] if k in sharded else _cloned(v) for k, v in mine.items()}
-        index = {id(p): i for i, p in enumerate(params)}
-        groups = []
-        for group in self.optimizer.param_groups:
-            held = {index[id(p)] for p in group["params"]}
-            names = [n for n in self._names if owner.get(n) in held]
-            groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": names})
+        groups = [
+            {**{k: v for k, v in group.items() if k != "params"}, "params": names}
+            for group, names in zip(self.optimizer.param_groups, self.optimizer_group_names())
+        ]
         return {"state": state, "param_groups": groups}
 
-    def load_optimizer_state_dict(self, state: dict[str, Any]) -> None:
+    def optimizer_group_names(self) -> list[list[str]]:
+        """The original names each group's flat parameters hold, in model order (collective)."""
+        owner = self._owners()
+        index = {id(p): i for i, p in enumerate(self._flat())}
+        held = [{index[id(p)] for p in group["params"]} for group in self.optimizer.param_groups]
+        return [[n for n in self._names if owner.get(n) in flat] for flat in held]
+
+    def _load_optimizer_state_dict(self, state: dict[str, Any]) -> None:
         owner = self._owners()
         params = self._flat()
         saved: dict[str, dict[str, Any]] = state["state"]
-        known = {n for g in state["param_groups"] for n in g["params"]}
-        unknown = sorted((known | set(saved)) - set(self._names))
-        if unknown:
-            raise KeyError(f"optimizer state names parameters this model does not have: {unknown[:5]}")
         held: list[list[str]] = [[] for _ in params]
         for name in self._names:
             if name in owner:
@@ -377,12 +378,10 @@ class FairscaleFsdpPrepared(Prepared):
                 if i in new and any(key in saved.get(n, {}) for n in names):
                     new[i][key] = shards[i]
         index = {id(p): i for i, p in enumerate(params)}
-        groups = []
-        for group in self.optimizer.param_groups:
-            mine = {n for p in group["params"] for n in held[index[id(p)]]}
-            source = next((g for g in state["param_groups"] if mine & set(g["params"])), group)
-            groups.append({**{k: v for k, v in source.items() if k != "params"},
-                           "params": [index[id(p)] for p in group["params"]]})
+        groups = [  # state's groups are this optimizer's (Prepared.load_optimizer_state_dict)
+            {**{k: v for k, v in saved_group.items() if k != "params"}, "params": [index[id(p)] for p in group["params"]]}
+            for group, saved_group in zip(self.optimizer.param_groups, state["param_groups"])
+        ]
         self.optimizer.load_state_dict({"state": new, "param_groups": groups})
 
 

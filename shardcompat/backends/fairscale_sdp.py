@@ -30,7 +30,7 @@ from ._fairscale_common import (
     owner_clip_grad_norm_,
     probe_fairscale,
 )
-from ._optim import optimizer_spec
+from ._optim import GROUPS_TEXT, optimizer_groups
 
 __all__ = ["BACKEND", "FairscaleSdp", "FairscaleSdpPrepared"]
 
@@ -76,7 +76,7 @@ class FairscaleSdp:
             notes.append("fp16: forward runs under torch.autocast(dtype=torch.float16); Prepared.scaler is a ShardedGradScaler")
         elif options.mixed_precision is Precision.BF16:
             notes.append("bf16: forward runs under torch.autocast(dtype=torch.bfloat16); no scaler needed")
-        oss = "OSS(model.parameters(), optim=<optimizer class>, group=process_group, **<optimizer kwargs>)"
+        oss = f"OSS({GROUPS_TEXT}, optim=<their class>, group=process_group, **<its defaults>)"
         if options.stage is Stage.ZERO_DP_1:
             bucket = "" if options.bucket_cap_mb is None else f", bucket_cap_mb={options.bucket_cap_mb:g}"
             call = f"DistributedDataParallel(model{bucket}) + {oss}"
@@ -100,10 +100,11 @@ class FairscaleSdp:
     ) -> Prepared:
         from fairscale.optim.oss import OSS
 
-        cls, kwargs = optimizer_spec(optimizer)
-        names = [name for name, _ in model.named_parameters()]
         model.to(placement.device)
-        oss = OSS([p for _, p in model.named_parameters()], optim=cls, group=placement.process_group, **kwargs)
+        # Every release from 0.1.7 on takes parameter-group dicts like torch's optimizers and
+        # builds each rank's optimizer from copies of the groups holding its shard.
+        built = optimizer_groups(optimizer, [p for _, p in model.named_parameters()])
+        oss = OSS(built.groups, optim=built.cls, group=placement.process_group, **built.defaults)
         buckets = bool(plan.settings.get("reduce_buffer_size"))
         wrapped: torch.nn.Module
         if plan.settings.get("ddp"):
@@ -127,8 +128,7 @@ class FairscaleSdp:
             autocast_forward(wrapped, placement, dtype)
         return FairscaleSdpPrepared(
             model=wrapped, module=model, optimizer=oss, plan=plan, placement=placement,
-            scaler=grad_scaler(plan.options, placement.process_group), names=names,
-            zero_through_model=buckets,
+            scaler=grad_scaler(plan.options, placement.process_group), zero_through_model=buckets,
         )
 
 
@@ -144,10 +144,14 @@ def _zero_through_model(oss: torch.optim.Optimizer, model: torch.nn.Module) -> N
 class FairscaleSdpPrepared(Prepared):
     """``Prepared`` over ShardedDDP (or DDP) + OSS: parameters are whole on every rank."""
 
-    def __init__(self, *, names: list[str], zero_through_model: bool, **kwargs: Any) -> None:
+    def __init__(self, *, zero_through_model: bool, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._names = names
         self._zero_through_model = zero_through_model
+
+    @property
+    def _names(self) -> list[str]:
+        """OSS's global index order: the parameters group after group."""
+        return [name for group in self.optimizer_group_names() for name in group]
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         if self._zero_through_model:
@@ -166,7 +170,7 @@ class FairscaleSdpPrepared(Prepared):
         oss: Any = self.optimizer
         to_rank = getattr(oss, "_param_to_rank", None) or oss.param_to_rank  # 0.1.x: no underscore
         params = list(self.module.parameters())
-        owned = [to_rank[p] == oss.rank for p in params]
+        owned = [to_rank.get(p, 0) == oss.rank for p in params]  # one the factory left out: rank 0
         return owner_clip_grad_norm_(params, owned, max_norm, norm_type, self.placement.process_group)
 
     def full_state_dict(self, *, rank0_only: bool = True) -> dict[str, torch.Tensor]:
@@ -186,7 +190,7 @@ class FairscaleSdpPrepared(Prepared):
                 mine = named_optimizer_state(oss.state_dict(), self._names)
         return mine
 
-    def load_optimizer_state_dict(self, state: dict[str, Any]) -> None:
+    def _load_optimizer_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(indexed_optimizer_state(state, self._names))
 
     def load_full_state_dict(self, state: dict[str, torch.Tensor]) -> None:

@@ -20,7 +20,7 @@ from torch import nn
 
 from ..options import Precision, ShardingOptions, Stage
 from ._base import OptimizerFactory, Placement, Plan, Probe
-from ._optim import optimizer_spec
+from ._optim import GROUPS_TEXT, optimizer_groups
 from ._torch_common import (
     TorchPrepared,
     autocast_forward,
@@ -36,11 +36,11 @@ __all__ = ["BACKEND", "TorchZeroBackend", "ZeroPrepared"]
 
 class ZeroPrepared(TorchPrepared):
     """DDP + ZeroRedundancyOptimizer: the optimizer state is gathered with ZeRO's own API
-    (DCP does not know ZeRO) and keyed by parameter name instead of ZeRO's global index."""
+    (DCP does not know ZeRO) and keyed by parameter name instead of ZeRO's global index
+    (which numbers the parameters group after group)."""
 
     def _index_names(self) -> list[str]:
-        names = {id(p): n for n, p in self.module.named_parameters()}
-        return [names[id(p)] for group in self.optimizer.param_groups for p in group["params"]]
+        return [name for group in self.optimizer_group_names() for name in group]
 
     def optimizer_state_dict(self, *, rank0_only: bool = True) -> dict[str, Any]:
         self.optimizer.consolidate_state_dict(to=0)  # type: ignore[attr-defined]
@@ -53,7 +53,7 @@ class ZeroPrepared(TorchPrepared):
             state = box[0]
         return state
 
-    def load_optimizer_state_dict(self, state: dict[str, Any]) -> None:
+    def _load_optimizer_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(_by_index(state, self._index_names()))
 
 
@@ -97,8 +97,8 @@ class TorchZeroBackend:
             calls.append(f"torch.amp.GradScaler({device_type(placement)!r})")
         if zero:
             calls.append(
-                "ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=<factory's class>, "
-                "**<factory's kwargs>)"
+                f"ZeroRedundancyOptimizer({GROUPS_TEXT}, optimizer_class=<their class>, "
+                "**<its defaults>)"
             )
         else:
             calls.append("optimizer(ddp.parameters())")
@@ -133,10 +133,10 @@ class TorchZeroBackend:
         if settings["zero"]:
             from torch.distributed.optim import ZeroRedundancyOptimizer
 
-            cls, optim_kwargs = optimizer_spec(optimizer)
+            built = optimizer_groups(optimizer, list(ddp.parameters()))
             optim: torch.optim.Optimizer = ZeroRedundancyOptimizer(
-                list(ddp.parameters()), optimizer_class=cls,
-                process_group=placement.process_group, **optim_kwargs,
+                built.groups, optimizer_class=built.cls,
+                process_group=placement.process_group, **built.defaults,
             )
         else:
             optim = optimizer(ddp.parameters())

@@ -11,15 +11,16 @@ A checkpoint is a directory::
     rng/rank-NNNNN.pt each rank's torch / CUDA / python / numpy random states
 
 Names, not optimizer indices or flat-parameter layouts, are what every backend agrees on, so
-a full checkpoint saved by any backend on any world size loads on any other.  The sharded
+a full checkpoint saved by any backend on any world size loads on any other; parameter groups
+are matched by the names they hold too (:func:`._groups.match_groups`).  The sharded
 format (``sharded=True``) never gathers the model in one process: each rank writes its own
 shards; :func:`consolidate` turns it into the full format.  Both are written into a temporary
 directory and swapped in atomically (:mod:`shardcompat._atomic`), and both are verified
 entirely (checksums, names, shapes, optimizer kind) before anything is loaded.
 
 Loading restores the model, optimizer, ``prepared.step_count``, the scheduler passed in and
-each rank's RNG (ranks beyond the saved world size keep their own RNG), and returns
-``{"step": step, **extra}``.
+each rank's RNG (ranks beyond the saved world size keep their own RNG; ``restore_rng=False``
+leaves it for :func:`load_rng_state` to restore later), and returns ``{"step": step, **extra}``.
 """
 
 from __future__ import annotations
@@ -45,13 +46,16 @@ from ._common import (
     header,
     load_torch,
     open_checkpoint,
+    rank,
     rank0_decides,
+    restore_rank_rng,
     restore_trainer,
     rng_file,
     rng_state,
     shape_table,
     share,
 )
+from ._groups import match_groups
 
 if TYPE_CHECKING:
     from ..prepared import Prepared
@@ -60,6 +64,7 @@ __all__ = [
     "CheckpointError",
     "consolidate",
     "load_checkpoint",
+    "load_rng_state",
     "read_manifest",
     "save_checkpoint",
 ]
@@ -110,24 +115,26 @@ def save_checkpoint(
 
 
 def load_checkpoint(
-    prepared: Prepared, path: str | os.PathLike[str], *, scheduler: Any = None
+    prepared: Prepared, path: str | os.PathLike[str], *, scheduler: Any = None, restore_rng: bool = True
 ) -> dict[str, Any]:
     """Restore ``prepared`` (and ``scheduler``) from the checkpoint at ``path`` (collective).
 
     Works for both formats, from any backend and world size.  Everything is checked first;
     a damaged or mismatched checkpoint raises :class:`CheckpointError` and changes nothing.
-    Returns ``{"step": step, **extra}``.
+    Each rank's random states are restored too, unless ``restore_rng=False`` (then
+    :func:`load_rng_state` restores them when the loop wants).  Returns ``{"step": step, **extra}``.
     """
     source = Path(path)
     group = prepared.placement.process_group
     manifest = share(rank0_decides(lambda: open_checkpoint(source), group), group)
     sharded = manifest["kind"] == "sharded"
+    names = prepared.optimizer_group_names()  # collective where parameters are flattened
     if sharded and _sharded.dcp_refusal(prepared) is None:
-        return _sharded.load(prepared, source, manifest, scheduler)
+        return _sharded.load(prepared, source, manifest, names, scheduler, restore_rng)
     # The full format, or shards this backend cannot take directly: every rank reads it all.
     expected = shape_table(prepared.full_state_dict(rank0_only=True))  # collective
     rank0_decides(
-        lambda: _validate_full(prepared, source, manifest, expected, scheduler, sharded), group
+        lambda: _validate_full(prepared, source, manifest, expected, names, scheduler, sharded), group
     )
     if sharded:
         model, optim = _sharded.read_full(source)
@@ -136,7 +143,21 @@ def load_checkpoint(
     prepared.load_full_state_dict(model)
     del model
     prepared.load_optimizer_state_dict(optim)
-    return restore_trainer(prepared, source, scheduler)
+    return restore_trainer(prepared, source, scheduler, restore_rng)
+
+
+def load_rng_state(path: str | os.PathLike[str], *, group: Any = None) -> bool:
+    """Restore this rank's random states (torch, CUDA, Python, numpy) from the checkpoint at ``path``.
+
+    What :func:`load_checkpoint` does last, for a loop that restores them at another moment
+    (load with ``restore_rng=False``): the Hugging Face Trainer, for one, first draws the data
+    order as a fresh run would.  ``group`` numbers the ranks (the default process group when
+    ``None``); only this rank's file is read and verified, so this is not collective.
+    Returns ``False``, changing nothing, on a rank beyond the world size that saved it.
+    """
+    source = Path(path)
+    open_checkpoint(source, only=[rng_file(rank(group))])
+    return restore_rank_rng(source, group)
 
 
 def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -149,14 +170,16 @@ def _validate_full(
     path: Path,
     manifest: Mapping[str, Any],
     expected: Mapping[str, list[int]],
+    names: list[list[str]],
     scheduler: Any,
     sharded: bool,
 ) -> None:
     check_names_and_shapes(manifest["model"], expected)
     check_optimizer_kind(prepared, manifest)
     check_trainer(path, scheduler)
-    if sharded:
-        return  # the shards' own metadata is checked as they are read
+    if sharded:  # the shards' own metadata is checked as they are read
+        match_groups(_sharded.read_param_groups(path), names, prepared.optimizer.param_groups)
+        return
     optim = load_torch(path / OPTIMIZER)
     if not isinstance(optim, Mapping) or not {"state", "param_groups"} <= optim.keys():
         raise CheckpointError(f"{path / OPTIMIZER} is not a consolidated optimizer state")
@@ -168,11 +191,9 @@ def _validate_full(
         for key, value in values.items():
             if isinstance(value, torch.Tensor) and value.dim() > 0 and list(value.shape) != expected[name]:
                 problems.append(f"{name}.{key} has shape {tuple(value.shape)}, the parameter {tuple(expected[name])}")
-    groups = len(prepared.optimizer.param_groups)
-    if len(optim["param_groups"]) != groups:
-        problems.append(f"{len(optim['param_groups'])} parameter groups, this optimizer has {groups}")
     if problems:
         raise CheckpointError(f"the optimizer state in {path} does not fit: " + "; ".join(problems))
+    match_groups(optim["param_groups"], names, prepared.optimizer.param_groups, optim["state"])
 
 
 def consolidate(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> Path:

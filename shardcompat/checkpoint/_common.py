@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime
 import importlib.metadata
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -37,6 +37,7 @@ __all__ = [
     "optimizer_kind",
     "rank",
     "rank0_decides",
+    "restore_rank_rng",
     "restore_rng",
     "restore_trainer",
     "rng_file",
@@ -109,11 +110,12 @@ def _describe(error: BaseException) -> str:
     return str(error) if isinstance(error, ValueError) else f"{type(error).__name__}: {error}"
 
 
-def open_checkpoint(path: Path) -> dict[str, Any]:
-    """Recover from an interrupted save, verify every checksum, and return the manifest."""
+def open_checkpoint(path: Path, only: Collection[str] | None = None) -> dict[str, Any]:
+    """Recover from an interrupted save, verify every checksum (``only``: of those files), and
+    return the manifest."""
     recover(path)
     try:
-        manifest = verify(path)
+        manifest = verify(path, only)
     except CorruptDirectory as error:
         raise CheckpointError(str(error)) from None
     if manifest.get("format") != FORMAT:
@@ -135,15 +137,14 @@ def check_trainer(path: Path, scheduler: Any) -> None:
             "load it without scheduler= or resume the scheduler yourself"
         )
 
-def restore_trainer(prepared: Prepared, path: Path, scheduler: Any) -> dict[str, Any]:
-    """Step, scheduler and this rank's RNG (after the model and optimizer are loaded)."""
+def restore_trainer(prepared: Prepared, path: Path, scheduler: Any, rng: bool) -> dict[str, Any]:
+    """Step, scheduler and (``rng``) this rank's RNG, after the model and optimizer are loaded."""
     trainer = load_torch(path / TRAINER)
     prepared.step_count = int(trainer["step"])
     if scheduler is not None:
         scheduler.load_state_dict(trainer["scheduler"])
-    rng = path / rng_file(rank(prepared.placement.process_group))
-    if rng.exists():
-        restore_rng(load_torch(rng))
+    if rng:
+        restore_rank_rng(path, prepared.placement.process_group)
     return {"step": prepared.step_count, **trainer["extra"]}
 
 def optimizer_kind(prepared: Prepared) -> str:
@@ -259,6 +260,15 @@ def rng_state() -> dict[str, Any]:
     kind, keys, pos, has_gauss, gauss = cast(Any, numpy.random.get_state())
     state["numpy"] = (kind, torch.from_numpy(keys.astype("int64")), pos, has_gauss, gauss)
     return state
+
+
+def restore_rank_rng(path: Path, group: Any) -> bool:
+    """This rank's random states from the (verified) checkpoint at ``path``, if it has them."""
+    file = path / rng_file(rank(group))
+    if not file.exists():  # a rank beyond the saved world size keeps its own
+        return False
+    restore_rng(load_torch(file))
+    return True
 
 
 def restore_rng(state: Mapping[str, Any]) -> None:

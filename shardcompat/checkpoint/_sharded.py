@@ -37,11 +37,12 @@ from ._common import (
     shape_table,
     share,
 )
+from ._groups import match_groups
 
 if TYPE_CHECKING:
     from ..prepared import Prepared
 
-__all__ = ["consolidate", "dcp_refusal", "load", "read_full", "save"]
+__all__ = ["consolidate", "dcp_refusal", "load", "read_full", "read_param_groups", "save"]
 
 
 def dcp_refusal(prepared: Prepared) -> str | None:
@@ -103,8 +104,16 @@ def save(prepared: Prepared, path: Path, trainer: Mapping[str, Any]) -> None:
     rank0_decides(finish, group)
 
 
-def load(prepared: Prepared, path: Path, manifest: Mapping[str, Any], scheduler: Any) -> dict[str, Any]:
-    """Load shards in place through DCP (resharding to this world size), after checking them."""
+def load(
+    prepared: Prepared, path: Path, manifest: Mapping[str, Any], names: list[list[str]], scheduler: Any,
+    rng: bool,
+) -> dict[str, Any]:
+    """Load shards in place through DCP (resharding to this world size), after checking them.
+
+    The parameter groups are matched here (``names``: the parameters of each of the
+    optimizer's groups), not by DCP, which would give a group the settings of whichever saved
+    group it meets last.
+    """
     from torch.distributed.checkpoint.state_dict import set_state_dict
     from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 
@@ -112,18 +121,20 @@ def load(prepared: Prepared, path: Path, manifest: Mapping[str, Any], scheduler:
     model, optim = _state_dicts(prepared)
     expected = shape_table(model)
 
-    def validate() -> None:
+    def validate() -> list[dict[str, Any]]:
         check_names_and_shapes(manifest["model"], expected)
         check_optimizer_kind(prepared, manifest)
         check_trainer(path, scheduler)
+        return match_groups(read_param_groups(path), names, prepared.optimizer.param_groups)
 
-    rank0_decides(validate, group)
+    groups = share(rank0_decides(validate, group), group)
     try:
-        dcp_load({"model": model, "optimizer": optim}, checkpoint_id=path, process_group=group)
+        dcp_load({"model": model, "optimizer": {"state": optim["state"]}}, checkpoint_id=path, process_group=group)
     except Exception as error:
         raise CheckpointError(f"{path}: the shards do not fit this model/optimizer: {error}") from error
+    optim = {"state": optim["state"], "param_groups": groups}
     set_state_dict(prepared.model, prepared.optimizer, model_state_dict=model, optim_state_dict=optim)
-    return restore_trainer(prepared, path, scheduler)
+    return restore_trainer(prepared, path, scheduler, rng)
 
 
 def read_full(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -131,6 +142,18 @@ def read_full(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
     This is what torch's own ``format_utils.dcp_to_torch_save`` does, without the extra file.
     """
+    state = _read(path)
+    return state["model"], state["optimizer"]
+
+
+def read_param_groups(path: Path) -> list[dict[str, Any]]:
+    """The optimizer's parameter groups in a sharded checkpoint (read alone: a few bytes)."""
+    groups: list[dict[str, Any]] = _read(path, "optimizer.param_groups")["optimizer"]["param_groups"]
+    return groups
+
+
+def _read(path: Path, *keys: str) -> dict[str, Any]:
+    """The entries ``keys`` (all when none) of a sharded checkpoint, read in this process."""
     from torch.distributed.checkpoint.filesystem import FileSystemReader
 
     try:
@@ -143,12 +166,12 @@ def read_full(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         _load_state_dict(
             state,
             storage_reader=FileSystemReader(path),
-            planner=_EmptyStateDictLoadPlanner(),  # type: ignore[no-untyped-call]
+            planner=_EmptyStateDictLoadPlanner(keys=set(keys) or None),  # type: ignore[no-untyped-call]
             no_dist=True,
         )
     except Exception as error:
         raise CheckpointError(f"{path}: the shards cannot be read: {error}") from error
-    return state["model"], state["optimizer"]
+    return state
 
 
 def consolidate(src: Path, dst: Path) -> Path:

@@ -157,13 +157,10 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
         device = self.args.device
         ensure_group(device)
         module: nn.Module = self.model
-        from ..checkpoint._common import restore_rng, rng_state
-
-        randomness = rng_state()  # wrapping must not move the random stream (dropout) the run sees
-        prepared = prepare(module, self._optimizer_factory(module), self._sharding, backend=self._sharding_backend,
-                           device=device if device.type == "cuda" else "cpu")  # Accelerate says cpu:0
-        restore_rng(randomness)
-        self._check_parameter_groups(module, prepared)
+        # Wrapping must not move the random stream (dropout) the run sees: fairscale FSDP draws from it.
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            prepared = prepare(module, self._optimizer_factory(module), self._sharding, backend=self._sharding_backend,
+                               device=device if device.type == "cuda" else "cpu")  # Accelerate says cpu:0
         if hasattr(module, "generate"):
             _generate_on_shards(prepared)
         self.prepared = prepared
@@ -181,22 +178,34 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
 
     def _optimizer_factory(self, module: nn.Module) -> Any:
         """``params -> optimizer`` for ``prepare``: the Trainer's own optimizer, on the shards."""
+        # Whether the Trainer's groups differ, read before a backend flattens the parameters away.
+        decay = set(self.get_decay_parameter_names(module))
+        trained = [n for n, p in module.named_parameters() if p.requires_grad]
+        decay_differs = bool(self.args.weight_decay) and 0 < sum(n in decay for n in trained) < len(trained)
 
         def build(params: Any) -> torch.optim.Optimizer:
             params = list(params)
             own = {id(p) for p in module.parameters()}
-            if params and all(id(p) in own for p in params) and not self._one_group_will_do(module):
-                # The wrapped model's parameters are the model's own (DDP, FSDP1 with
-                # use_orig_params, FSDP2 in place): create_optimizer (with any override of a
-                # subclass) builds its parameter groups from them.
+            if params and all(id(p) in own for p in params):
+                # The wrapped model's parameters are the model's own (DDP and ZeRO, OSS, FSDP1
+                # with use_orig_params, FSDP2 in place): create_optimizer (with any override of
+                # a subclass) builds its parameter groups from them, and the backend keeps them.
                 saved, self.optimizer, self._building_optimizer = self.optimizer, None, True
                 try:
                     optimizer: torch.optim.Optimizer = self.create_optimizer()
                 finally:
                     self.optimizer, self._building_optimizer = saved, False
                 return optimizer
-            # One group: flat or probe parameters (ZeRO and OSS read the class and settings
-            # from this), or the Trainer's two groups would not differ.
+            # Flat parameters (fairscale FSDP), each holding weights, biases and norms alike:
+            # one group, which is the Trainer's two only when the decay is the same for all.
+            if decay_differs:
+                raise _refuse(
+                    "the backend hands the optimizer flattened parameters (fairscale FSDP does), each "
+                    "holding weights, biases and norms alike, so the Trainer's group without weight decay "
+                    f"cannot be kept and weight_decay={self.args.weight_decay} would apply to every parameter",
+                    "Set --weight_decay 0, or use a backend that keeps the parameters "
+                    "(torch-fsdp2 for zero_dp_2/zero_dp_3, torch-zero or fairscale-sdp for simple/zero_dp_1).",
+                )
             cls, kwargs = self._optimizer_class_and_kwargs(module)
             if accepts(cls, "weight_decay"):
                 kwargs = {"weight_decay": self.args.weight_decay, **kwargs}
@@ -204,21 +213,6 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
             return built
 
         return build
-
-    def _one_group_will_do(self, module: nn.Module) -> bool:
-        """Whether the Trainer's default optimizer is the same with one parameter group.
-
-        Its two groups differ only in weight decay.  Without weight decay one group is the
-        same optimizer, and every backend can keep it (ZeRO and OSS keep only one), so a
-        checkpoint resumes on any other backend.  A subclass's own ``create_optimizer``, or an
-        optimizer that needs the model or its own groups, is always asked instead.
-        """
-        if self.args.weight_decay or type(self).create_optimizer is not Trainer.create_optimizer:
-            return False
-        cls, kwargs = self._optimizer_class_and_kwargs(module)
-        return isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer) and not (
-            {"params", "model", "optimizer_dict"} & kwargs.keys()
-        )
 
     def _optimizer_class_and_kwargs(self, module: nn.Module) -> tuple[Any, dict[str, Any]]:
         given = getattr(self, "optimizer_cls_and_kwargs", None)
@@ -229,23 +223,6 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
         else:
             cls, kwargs = self.get_optimizer_cls_and_kwargs(self.args)
         return cls, dict(kwargs)
-
-    def _check_parameter_groups(self, module: nn.Module, prepared: Prepared) -> None:
-        """Refuse a backend that dropped the no-weight-decay group while weight decay is on."""
-        if not self.args.weight_decay:
-            return
-        decay = set(self.get_decay_parameter_names(module))
-        names = [n for n, p in module.named_parameters() if p.requires_grad]
-        if all(n in decay for n in names) or not any(n in decay for n in names):
-            return
-        if len(prepared.optimizer.param_groups) >= 2:
-            return
-        raise _refuse(
-            f"{prepared.backend} builds its sharded optimizer from the optimizer's class and settings, "
-            f"so the Trainer's group without weight decay (biases, norms) is lost and "
-            f"weight_decay={self.args.weight_decay} would apply to every parameter",
-            "Set --weight_decay 0, or use zero_dp_2/zero_dp_3, whose backends keep the groups.",
-        )
 
     def create_optimizer(self, *args: Any, **kwargs: Any) -> torch.optim.Optimizer:
         """With sharding: wrap the model first; the optimizer is built on its shards."""
@@ -318,11 +295,9 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
         if self.prepared is None or checkpoint is None:
             super()._load_rng_state(checkpoint)
             return
-        from ..checkpoint._common import load_torch, rank, restore_rng, rng_file
+        from ..checkpoint import load_rng_state
 
-        saved = Path(checkpoint) / CHECKPOINT_DIR / rng_file(rank(self.prepared.placement.process_group))
-        if saved.is_file():  # ranks beyond the saved world size keep their own, as load_checkpoint does
-            restore_rng(load_torch(saved))
+        load_rng_state(Path(checkpoint) / CHECKPOINT_DIR, group=self.prepared.placement.process_group)
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         if self.prepared is None or checkpoint is None:
@@ -335,13 +310,9 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
                 "so there is no optimizer state keyed by parameter name to resume from",
                 "Resume it without --sharded_ddp, or start from its weights (model_name_or_path) instead.",
             )
-        from ..checkpoint._common import restore_rng, rng_state
-
-        # load_checkpoint restores each rank's RNG too; the release does that later, after it
-        # has drawn the data order from the RNG as a fresh run would (see _load_rng_state).
-        now = rng_state()
-        extra = self.prepared.load_checkpoint(portable, scheduler=self.lr_scheduler)
-        restore_rng(now)
+        # The release restores each rank's RNG later, after it has drawn the data order from it
+        # as a fresh run would (see _load_rng_state).
+        extra = self.prepared.load_checkpoint(portable, scheduler=self.lr_scheduler, restore_rng=False)
         if self.prepared.scaler is not None and "scaler" in extra:
             self.prepared.scaler.load_state_dict(extra["scaler"])
 

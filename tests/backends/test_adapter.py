@@ -134,8 +134,8 @@ def test_hybrid_needs_whole_nodes() -> None:
          "fully_shard(module, mesh=init_device_mesh('cpu', (4,)), reshard_after_forward=False, "
          "offload_policy=CPUOffloadPolicy(pin_memory=False))"),
         ("zero_dp_1 bucket_cap_mb=1", "torch-zero",
-         "DistributedDataParallel(module, bucket_cap_mb=1.0); ZeroRedundancyOptimizer(ddp.parameters(), "
-         "optimizer_class=<factory's class>, **<factory's kwargs>)"),
+         "DistributedDataParallel(module, bucket_cap_mb=1.0); ZeroRedundancyOptimizer(<the factory's "
+         "parameter groups>, optimizer_class=<their class>, **<its defaults>)"),
     ],
 )
 def test_plan_shows_the_exact_call(options: str, backend: str, call: str) -> None:

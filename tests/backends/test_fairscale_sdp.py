@@ -50,7 +50,13 @@ EXTRA = [
     Case("simple bucket_cap_mb=1", BACKEND, "blocks", "adamw"),
     Case("simple bucket_cap_mb=1", BACKEND, "mlp", "sgd", accumulate=2),
 ]
-CASES = PARITY + EXTRA
+# The factory's two parameter groups (weight decay and learning rate per group) reach OSS.
+GROUPS = [
+    Case("simple", BACKEND, "mlp", "groups"),
+    Case("simple", BACKEND, "blocks", "groups", clip=0.05),
+    Case("zero_dp_1", BACKEND, "blocks", "groups", accumulate=2),
+]
+CASES = PARITY + EXTRA + GROUPS
 
 
 def _sdp_default_buffer() -> int:
@@ -89,11 +95,12 @@ def _raw_sharded_ddp(rank: int, model_name: str, optim: str) -> Result:
 REPEATS = 6  # fairscale < 0.3.7's gloo broadcast race showed in about one run of three
 
 
-def _trained(rank: int, options: str, steps: range, load: dict[str, Any] | None = None) -> Any:
+def _trained(rank: int, options: str, steps: range, load: dict[str, Any] | None = None,
+             optimizer: str = "adamw") -> Any:
     """fairscale-sdp on the MLP with AdamW over ``steps``, from ``load`` (model, optim) if given."""
     import shardcompat
 
-    prepared = shardcompat.prepare(build_model("mlp"), OPTIMIZERS["adamw"], options, backend=BACKEND)
+    prepared = shardcompat.prepare(build_model("mlp"), OPTIMIZERS[optimizer], options, backend=BACKEND)
     if load is not None:
         prepared.load_full_state_dict(load["model"])
         prepared.load_optimizer_state_dict(load["optim"])
@@ -116,20 +123,24 @@ def _job(rank: int, world_size: int, cases: list[Case]) -> dict[str, Any]:
     every = list(dict.fromkeys(c for case in cases for c in (case.reference, case)))
     results = dict(zip(every, _run_cases(rank, world_size, every)))
     raw = {m: _raw_sharded_ddp(rank, m, "adamw") for m in ("mlp", "blocks")}
-    return {"cases": results, "raw": raw, "state": _state_roundtrip(rank), "repeats": _repeats(rank)}
+    state = {optimizer: _state_roundtrip(rank, optimizer) for optimizer in ("adamw", "groups")}
+    return {"cases": results, "raw": raw, "state": state, "repeats": _repeats(rank)}
 
 
-def _state_roundtrip(rank: int) -> dict[str, Any]:
+def _state_roundtrip(rank: int, optimizer: str) -> dict[str, Any]:
     """Consolidated optimizer state: name-keyed, complete, and loadable into a fresh run."""
-    first = _trained(rank, "simple", range(2))
+    first = _trained(rank, "simple", range(2), optimizer=optimizer)
     saved = {
         "model": {k: v.clone() for k, v in first.module.state_dict().items()},
         "optim": first.optimizer_state_dict(rank0_only=False),
     }
     rank0 = first.optimizer_state_dict()
-    resumed = _trained(rank, "simple", range(2, 4), saved)  # the last 2 steps, from the saved state
-    straight = _trained(rank, "simple", range(4))
+    # the last 2 steps, from the saved state
+    resumed = _trained(rank, "simple", range(2, 4), saved, optimizer=optimizer)
+    straight = _trained(rank, "simple", range(4), optimizer=optimizer)
     return {
+        "groups": [{k: v for k, v in g.items() if k in ("params", "lr", "weight_decay")}
+                   for g in saved["optim"]["param_groups"]],
         "names": sorted(saved["optim"]["state"]),
         "model_names": sorted(n for n, _ in first.module.named_parameters()),
         "rank0_keys": sorted(rank0.get("state", {})),
@@ -182,14 +193,31 @@ def test_the_bucket_trap_is_real_and_fixed(model: str) -> None:
 
 
 @needs_fairscale
-def test_optimizer_state_consolidates_by_name_and_resumes() -> None:
-    state = _results()["state"]
+@pytest.mark.parametrize("optimizer", ["adamw", "groups"])
+def test_optimizer_state_consolidates_by_name_and_resumes(optimizer: str) -> None:
+    state = _results()["state"][optimizer]
     assert state["names"] == state["model_names"]
     assert state["rank0_keys"] == state["model_names"]
     assert set(state["step"].values()) == {2.0}
     assert state["diff"] <= FP32_TOL, "resuming from the consolidated state changed training"
     # Each rank holds only its OSS shard of the optimizer state.
     assert 0 < state["local"] < state["full"]
+    if optimizer == "groups":  # OSS numbers parameters group after group: the names follow
+        order = [n for n, _ in build_model("mlp").named_parameters()]
+        assert state["groups"] == [
+            {"lr": 1e-2, "weight_decay": 0.1, "params": [n for n in order if n.endswith("weight")]},
+            {"lr": 3e-3, "weight_decay": 0.0, "params": [n for n in order if n.endswith("bias")]},
+        ]
+
+
+@needs_fairscale
+@pytest.mark.parametrize("case", GROUPS, ids=lambda c: f"{c.options}-{c.model}")
+def test_each_rank_optimizes_its_shard_with_the_settings_of_its_group(case: Case) -> None:
+    """OSS's optimizer on each rank has the factory's two groups, with their own settings."""
+    results = _results()["cases"]
+    groups = results[case].info["groups"]
+    assert groups == results[case.reference].info["groups"]
+    assert groups == [{"lr": 1e-2, "weight_decay": 0.1}, {"lr": 3e-3, "weight_decay": 0.0}]
 
 
 @needs_fairscale

@@ -26,6 +26,9 @@ TRIPS = [
     # across backends: the state format is backend-neutral
     (("torch-zero", "zero_dp_1"), ("torch-fsdp2", "zero_dp_3 auto_wrap"), "blocks", "adamw"),
     (("torch-fsdp1", "zero_dp_2"), ("torch-zero", "zero_dp_1"), "blocks", "sgd"),
+    # two parameter groups: ZeRO numbers the parameters group after group
+    (("torch-zero", "zero_dp_1"), ("torch-zero", "zero_dp_1"), "blocks", "groups"),
+    (("torch-fsdp2", "zero_dp_2"), ("torch-zero", "zero_dp_1"), "blocks", "groups"),
 ]
 
 
@@ -77,6 +80,7 @@ def _trip(rank: int, world: int, trips: list[Any]) -> list[dict[str, Any]]:
         losses_b += _train(second, model, rank, range(2, 4))
         out.append({
             "names": [n for n, _ in build_model(model).named_parameters()],
+            "matrices": [n for n, p in build_model(model).named_parameters() if p.dim() > 1],
             "state_keys": list(state), "optim": optim if rank == 0 else None,
             "optim_rank0_empty": optim_rank0 == {} if rank else set(optim_rank0["state"]) == set(optim["state"]),
             "losses": (losses_a, losses_b), "final": (final_a, second.full_state_dict()),
@@ -111,7 +115,12 @@ def test_state_is_keyed_by_original_names(trips: list[Any], index: int) -> None:
     names = got["names"]
     assert got["state_keys"] == names
     optim = got["optim"]
-    assert [n for g in optim["param_groups"] for n in g["params"]] == names
+    if TRIPS[index][3] == "groups":
+        matrices = got["matrices"]
+        assert [g["params"] for g in optim["param_groups"]] == [matrices, [n for n in names if n not in matrices]]
+        assert [(g["lr"], g["weight_decay"]) for g in optim["param_groups"]] == [(1e-2, 0.1), (3e-3, 0.0)]
+    else:
+        assert [n for g in optim["param_groups"] for n in g["params"]] == names
     assert set(optim["state"]) == set(names)
     first = optim["state"][names[0]]
     key = "momentum_buffer" if TRIPS[index][3] == "sgd" else "exp_avg"

@@ -26,15 +26,18 @@ CLIP = [Case(o, B, model="blocks", optimizer="adamw", clip=0.1) for o in ("", "z
 ACCUMULATE = [Case(o, B, model="mlp", accumulate=2) for o in ("", "zero_dp_1")]
 BF16 = [Case("zero_dp_1 mixed_precision=bf16", B, model=m) for m in ("mlp", "blocks")]
 FP16 = [Case("zero_dp_1 mixed_precision=fp16", B, model="blocks", optimizer="adamw")]
+# The factory's two parameter groups (weight decay and learning rate per group) reach ZeRO.
+GROUPS = [Case(o, B, model=m, optimizer="groups") for o in ("simple", "zero_dp_1") for m in ("mlp", "blocks")]
+GROUPS.append(Case("zero_dp_1", B, model="blocks", optimizer="groups", clip=0.1, accumulate=2))
 
 
 @pytest.fixture(scope="module")
 def results() -> dict:
-    return run_cases(PARITY + CLIP + ACCUMULATE + BF16 + FP16, timeout=240)
+    return run_cases(PARITY + CLIP + ACCUMULATE + BF16 + FP16 + GROUPS, timeout=240)
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("case", PARITY + CLIP + ACCUMULATE, ids=case_id)
+@pytest.mark.parametrize("case", PARITY + CLIP + ACCUMULATE + GROUPS, ids=case_id)
 def test_matches_ddp(results: dict, case: Case) -> None:
     got = assert_matches_ddp(results, case, FP32_TOL)
     assert got.backend == B
@@ -64,3 +67,11 @@ def test_fp16_uses_grad_scaler_and_learns(results: dict, case: Case) -> None:
     # Losses only: a scaler may skip an overflowing step, which moves AdamW's parameters by
     # a whole lr, so final parameters are not a fair fp16-vs-fp32 measure.
     assert FP32_TOL < loss_diff <= FP16_TOL
+
+
+@pytest.mark.parametrize("case", GROUPS, ids=case_id)
+def test_each_rank_optimizes_its_shard_with_the_settings_of_its_group(results: dict, case: Case) -> None:
+    """ZeRO's optimizer on each rank has the factory's two groups, with their own settings."""
+    groups = results[case].info["groups"]
+    assert groups == results[case.reference].info["groups"]
+    assert groups == [{"lr": 1e-2, "weight_decay": 0.1}, {"lr": 3e-3, "weight_decay": 0.0}]

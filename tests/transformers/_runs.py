@@ -45,7 +45,8 @@ class Case:
     @property
     def reference(self) -> str:
         precision = "-bf16" if self.bf16 else "-fp16" if self.fp16 else ""
-        return f"ddp-{self.model}{precision}{'' if self.dropout else '-no-dropout'}"
+        decay = "-weight-decay" if self.weight_decay else ""
+        return f"ddp-{self.model}{precision}{decay}{'' if self.dropout else '-no-dropout'}"
 
 
 @dataclass
@@ -62,6 +63,7 @@ class Outcome:
     psi: int = 0  # the model's parameter bytes (tied weights once)
     manifest: dict[str, Any] = field(default_factory=dict)  # checkpoint-2's portable manifest
     scaler: str = ""  # the grad scaler Accelerate's backward and step use, and whether it is the backend's
+    groups: list[float] = field(default_factory=list)  # the sharded optimizer's groups' weight decay
     error: str | None = None
 
 
@@ -239,6 +241,7 @@ def run(case: Case, root: Path) -> Outcome:
         scaler = trainer.accelerator.scaler
         outcome.scaler = f"{type(scaler).__name__}{' (the backend’s)' if scaler is trainer.prepared.scaler else ''}"
         outcome.call = trainer.prepared.plan.call
+        outcome.groups = [g["weight_decay"] for g in trainer.prepared.optimizer.param_groups]
         manifest = out / "checkpoint-2" / "shardcompat" / "manifest.json"
         if manifest.exists():
             outcome.manifest = json.loads(manifest.read_text())

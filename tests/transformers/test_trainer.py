@@ -38,7 +38,12 @@ LEAN = [
     Case("resumed-same", sharded_ddp="zero_dp_3 auto_wrap", resume="zero_dp_3-auto_wrap"),
     Case("resumed-on-fsdp1", sharded_ddp="zero_dp_2 backend=torch-fsdp1", resume="zero_dp_3-auto_wrap"),
     Case("resumed-on-zero", sharded_ddp="simple", resume="zero_dp_3-auto_wrap"),
-    Case("weight-decay-on-zero", sharded_ddp="simple", weight_decay=0.01),
+    # The Trainer's two parameter groups (weight decay, none on biases and norms) on ZeRO,
+    # then resumed on FSDP1, whose parameters the Trainer groups by name.
+    Case("ddp-gpt2-weight-decay", weight_decay=0.01),
+    Case("weight-decay-simple", sharded_ddp="simple", weight_decay=0.01, save_steps=2),
+    Case("weight-decay-resumed-on-fsdp1", sharded_ddp="zero_dp_2 backend=torch-fsdp1", weight_decay=0.01,
+         resume="weight-decay-simple"),
     Case("ddp-t5", model="t5"),
     Case("t5-zero_dp_3-auto_wrap", model="t5", sharded_ddp="zero_dp_3 auto_wrap", measure=True),
     Case("ddp-gpt2-bf16", bf16=True),
@@ -68,7 +73,12 @@ FAIRSCALE = [
     # (not measured: its 25 MiB reduce-scatter bucket is a hundred times this model)
     Case("fairscale-zero_dp_3", sharded_ddp="zero_dp_3 backend=fairscale-fsdp", dropout=False),
     Case("resumed-fsdp2-on-fairscale", sharded_ddp="simple backend=fairscale-sdp", resume="zero_dp_3-auto_wrap"),
+    Case("fairscale-weight-decay", sharded_ddp="simple backend=fairscale-sdp", weight_decay=0.01),
+    Case("fairscale-fsdp-weight-decay", sharded_ddp="zero_dp_3 backend=fairscale-fsdp", weight_decay=0.01,
+         dropout=False),
 ]
+# Flat parameters hold weights and biases alike: refused before the first step.
+REFUSED = ["fairscale-fsdp-weight-decay"]
 BACKEND = {"simple": "torch-zero", "zero_dp_1": "torch-zero", "zero_dp_2": "torch-fsdp2", "zero_dp_3": "torch-fsdp2"}
 
 
@@ -86,7 +96,7 @@ def _cases() -> list[Case]:
 
 
 CASES = _cases()
-TRAINED = [c for c in CASES if c.sharded_ddp is not None and c.weight_decay == 0]
+TRAINED = [c for c in CASES if c.sharded_ddp is not None and c.name not in REFUSED]
 FP32 = [c for c in TRAINED if not c.bf16]
 
 
@@ -280,12 +290,22 @@ def test_bf16_reaches_the_backend_and_changes_the_numbers(runs: list[dict[str, O
 
 
 @pytest.mark.timeout(60)
-def test_weight_decay_without_its_parameter_groups_is_refused_before_training(runs: list[dict[str, Outcome]]) -> None:
+@pytest.mark.parametrize("case", [c for c in TRAINED if c.weight_decay], ids=lambda c: c.name)
+def test_the_trainers_parameter_groups_reach_every_backend(runs: list[dict[str, Outcome]], case: Case) -> None:
+    """Weight decay on the weights, none on biases and norms, in the sharded optimizer itself
+    (that it trains like the DDP Trainer's is checked above)."""
+    for got in _ok(runs, case.name):
+        assert got.groups == [case.weight_decay, 0.0], got.groups
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("name", [c.name for c in CASES if c.name in REFUSED])
+def test_weight_decay_on_flattened_parameters_is_refused_before_training(runs: list[dict[str, Outcome]], name: str) -> None:
     for rank in runs:
-        error = rank["weight-decay-on-zero"].error or ""
-        assert error.startswith("ShardedTrainerError") and "torch-zero" in error, error
+        error = rank[name].error or ""
+        assert error.startswith("ShardedTrainerError") and "flattened parameters" in error, error
         assert "weight_decay=0.01 would apply to every parameter" in error and "--weight_decay 0" in error
-        assert rank["weight-decay-on-zero"].losses == []  # not one step
+        assert rank[name].losses == []  # not one step
 
 
 @pytest.mark.timeout(60)
