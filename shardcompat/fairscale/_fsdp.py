@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -232,15 +232,7 @@ class NativeFullyShardedDataParallel(fsdp.FullyShardedDataParallel):
         """How to cut the concatenated shards back into parameters (for :meth:`consolidate_shard_weights`)."""
         return _fsdp_shards.local_metadata_dict(self)
 
-    @staticmethod
-    def consolidate_shard_weights(
-        shard_weights: Sequence[Mapping[str, torch.Tensor]],
-        shard_metadata: Sequence[Mapping[str, Any]],
-        with_module_buffers: bool = True,
-        strict: bool = True,
-    ) -> dict[str, torch.Tensor]:
-        """The full state dict from every rank's ``local_state_dict()`` and ``local_metadata_dict()``."""
-        return _fsdp_shards.consolidate_shard_weights(shard_weights, shard_metadata, with_module_buffers, strict)
+    consolidate_shard_weights = staticmethod(_fsdp_shards.consolidate_shard_weights)
 
     @contextlib.contextmanager
     def summon_full_params(self, recurse: bool = True, volatile: bool = False) -> Iterator[None]:  # type: ignore[override]

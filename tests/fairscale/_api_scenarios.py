@@ -59,15 +59,7 @@ def mixed_dtypes(rank: int) -> dict[str, Any]:
             optimizer: Any = SGD([p for p in model.parameters() if p.requires_grad])
         else:
             optimizer, wrapped = _oss_sdp(model)
-        losses = []
-        for step in range(STEPS):
-            wrapped.zero_grad()
-            data, target = batch("mlp", rank, step)
-            loss = loss_fn("mlp", wrapped(data), target)
-            loss.backward()
-            optimizer.step()
-            losses.append(_mean(loss))
-        runs[name] = {"losses": losses, "state": _state(model)}
+        runs[name] = {"losses": _train(wrapped, optimizer, rank, range(STEPS)), "state": _state(model)}
     return runs
 
 
@@ -77,20 +69,24 @@ def _ddp_oss(model: nn.Module, lr: float = 0.05) -> tuple[Any, Any]:
     return nn.parallel.DistributedDataParallel(model), OSS(model.parameters(), lr=lr, momentum=0.9)
 
 
-def _steps(model: Any, optimizer: Any, rank: int, steps: range) -> None:
+def _train(model: Any, optimizer: Any, rank: int, steps: range, name: str = "mlp") -> list[float]:
+    losses = []
     for step in steps:
         optimizer.zero_grad()
-        data, target = batch("mlp", rank, step)
-        loss_fn("mlp", model(data), target).backward()
+        data, target = batch(name, rank, step)
+        loss = loss_fn(name, model(data), target)
+        loss.backward()
         optimizer.step()
+        losses.append(_mean(loss))
+    return losses
 
 
 def oss_reload(rank: int) -> dict[str, Any]:
     """fairscale's checkpoint flow: consolidate on rank 1, send it to all, load into a fresh OSS."""
     model, optimizer = _ddp_oss(build_model("mlp"))
     twin, twin_optimizer = _ddp_oss(build_model("mlp"))
-    _steps(model, optimizer, rank, range(2))
-    _steps(twin, twin_optimizer, rank, range(2))
+    _train(model, optimizer, rank, range(2))
+    _train(twin, twin_optimizer, rank, range(2))
     optimizer.consolidate_state_dict(recipient_rank=1)
     saved = [optimizer.state_dict() if rank == 1 else None]
     dist.broadcast_object_list(saved, src=1)
@@ -103,8 +99,8 @@ def oss_reload(rank: int) -> dict[str, Any]:
     states_are_dicts = all(isinstance(s, dict) for s in fresh.state.values())
     input_untouched = repr(before) == repr(checkpoint)
     lr = fresh.param_groups[0]["lr"]
-    _steps(model, optimizer, rank, range(2, STEPS))
-    _steps(twin, fresh, rank, range(2, STEPS))
+    _train(model, optimizer, rank, range(2, STEPS))
+    _train(twin, fresh, rank, range(2, STEPS))
     everywhere = fresh.state_dict(all_ranks=True)
     return {"states_are_dicts": states_are_dicts, "input_untouched": input_untouched, "lr": lr,
             "native": _native(fresh),
@@ -271,18 +267,6 @@ def _fsdp_nested(flatten: bool) -> tuple[Any, torch.optim.Optimizer]:
 
     model = FullyShardedDataParallel(module=Nested(flatten), flatten_parameters=flatten)
     return model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-
-
-def _train(model: Any, optimizer: Any, rank: int, steps: range, name: str = "mlp") -> list[float]:
-    losses = []
-    for step in steps:
-        optimizer.zero_grad()
-        data, target = batch(name, rank, step)
-        loss = loss_fn(name, model(data), target)
-        loss.backward()
-        optimizer.step()
-        losses.append(_mean(loss))
-    return losses
 
 
 def local_checkpoint(rank: int, flatten: bool) -> dict[str, Any]:
