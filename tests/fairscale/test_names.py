@@ -166,10 +166,25 @@ def test_every_fairscale_name_is_served_or_listed() -> None:
     (_scaler.NativeShardedGradScaler, "fairscale.optim.grad_scaler.ShardedGradScaler"),
 ])
 def test_native_signatures_are_fairscales(native: type, where: str) -> None:
-    """Same parameter names in the same order as the installed fairscale: keyword-compatible."""
+    """The constructor: fairscale's parameter names in fairscale's order.  Every public method
+    and property of fairscale's class: present, and taking each of its named parameters."""
     _fairscale()
     module, name = where.rsplit(".", 1)
     real = getattr(importlib.import_module(module), name)
     ours = [(p.name, p.kind) for p in inspect.signature(native.__init__).parameters.values()]
     theirs = [(p.name, p.kind) for p in inspect.signature(real.__init__).parameters.values()]
     assert ours == theirs
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    for method, member in vars(real).items():
+        if method.startswith("_") or not (callable(member) or isinstance(member, (property, staticmethod))):
+            continue
+        if method == "cpu_offload":  # an attribute set per instance natively (torch's config)
+            continue
+        assert hasattr(native, method), f"{name}.{method} is missing"
+        if isinstance(member, property):
+            continue
+        mine = inspect.signature(getattr(native, method)).parameters
+        takes_any = any(p.kind is p.VAR_KEYWORD for p in mine.values())
+        for param in inspect.signature(getattr(real, method)).parameters.values():
+            if param.kind in named:
+                assert param.name in mine or takes_any, f"{name}.{method} does not take {param.name}="
