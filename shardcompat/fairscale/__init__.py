@@ -13,17 +13,30 @@ Each class is real fairscale where the capability probe says it works (with its 
 traps fixed), else native torch with fairscale's signature; :func:`describe` says which
 (``shardcompat explain --fairscale``), and the choice is logged at INFO on
 ``shardcompat.fairscale``.  The classes are resolved on first access, so importing this
-package imports neither fairscale nor torch's distributed modules.
+package imports neither fairscale nor torch's distributed modules.  The helpers fairscale
+users import beside the classes are served too (``checkpoint_wrapper``, ``auto_wrap_bn``,
+``get_fsdp_instances``, ``TrainingState``...); asking for a fairscale name that is not served
+raises ``AttributeError`` saying why and what to use instead.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._wrap import auto_wrap, default_auto_wrap_policy, enable_wrap, wrap
+from ._wrap import (
+    auto_wrap,
+    auto_wrap_bn,
+    config_auto_wrap_policy,
+    default_auto_wrap_policy,
+    enable_wrap,
+    get_fsdp_instances,
+    wrap,
+)
 
 if TYPE_CHECKING:
+    from ._checkpoint import checkpoint_wrapper, is_checkpointing, is_recomputing
     from ._fsdp import NativeFullyShardedDataParallel as FullyShardedDataParallel
+    from ._fsdp import TrainingState
     from ._oss import NativeOSS as OSS
     from ._scaler import NativeShardedGradScaler as ShardedGradScaler
     from ._sdp import NativeShardedDataParallel as ShardedDataParallel
@@ -33,10 +46,17 @@ __all__ = [
     "FullyShardedDataParallel",
     "ShardedDataParallel",
     "ShardedGradScaler",
+    "TrainingState",
     "auto_wrap",
+    "auto_wrap_bn",
+    "checkpoint_wrapper",
+    "config_auto_wrap_policy",
     "default_auto_wrap_policy",
     "describe",
     "enable_wrap",
+    "get_fsdp_instances",
+    "is_checkpointing",
+    "is_recomputing",
     "wrap",
 ]
 
@@ -50,7 +70,10 @@ def describe() -> list[str]:
 
 def __getattr__(name: str) -> Any:
     from ._select import FAMILIES
+    from ._unserved import UNSERVED, refusal
 
+    if name in UNSERVED:
+        raise AttributeError(refusal(name))
     if name not in FAMILIES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     from ._classes import implementation

@@ -81,10 +81,10 @@ ARGUMENTS: tuple[Argument, ...] = (
     _a(_SDP, "sync_models_at_startup", True, (How.WARN, "DDP always broadcasts rank 0's model at startup")),
     _a(_SDP, "reduce_buffer_size", 2**23, (How.MAP, "bucket_cap_mb = elements * 4 bytes / 2**20"),
        (How.MAP, "kept; zero_grad is routed through ShardedDDP so bucket views survive torch 2 (fairscale #354)")),
-    _a(_SDP, "auto_refresh_trainable", True, (How.MAP, "DDP fixes the trainable set at wrap time: rewrap after "
-                                                       "changing requires_grad; False changes nothing")),
+    _a(_SDP, "auto_refresh_trainable", True, (How.MAP, "a requires_grad change seen at forward rebuilds DDP's "
+                                                       "reducer; False: call refresh_trainable() yourself")),
     _a(_SDP, "reduce_fp16", False, (How.MAP, "True registers DDP's fp16_compress_hook")),
-    _a(_SDP, "warn_on_trainable_params_changed", True, (How.MAP, "nothing to warn about (see above)")),
+    _a(_SDP, "warn_on_trainable_params_changed", True, (How.MAP, "logs the change on shardcompat.fairscale")),
     _a(_FSDP, "process_group", None, (How.MAP, "FullyShardedDataParallel(process_group=)")),
     _a(_FSDP, "process_group_reduce_scatter", None,
        (How.ERROR, "torch FSDP reduce-scatters on process_group; a separate group cannot be used"),
@@ -112,7 +112,8 @@ ARGUMENTS: tuple[Argument, ...] = (
     _a(_FSDP, "force_input_to_fp32", False, (How.WARN, "inputs are cast to the compute dtype by torch FSDP")),
     _a(_FSDP, "verbose", False, (How.WARN, "only changes fairscale's repr")),
     _a(_FSDP, "state_dict_on_rank_0_only", False, (How.MAP, "FullStateDictConfig(rank0_only=True)")),
-    _a(_FSDP, "gradient_predivide_factor", None, (How.WARN, "torch FSDP chooses its own pre/post division")),
+    _a(_FSDP, "gradient_predivide_factor", None, (How.MAP, "the same factor on torch FSDP's pre-division "
+                                                           "(post-division: world size / factor)")),
     _a(_FSDP, "allow_reset_parameters", False, (How.WARN, "only guards fairscale's reset_parameters")),
     _a(_SCALER, "init_scale", 2.0**16, (How.PASS, "")),
     _a(_SCALER, "growth_factor", 2.0, (How.PASS, "")),

@@ -3,7 +3,9 @@
 Both partition whole parameters across ranks, step only the local shard and broadcast the
 result, so the training maths is the same; what differs is the API spelling, bridged here
 (``optim``/``group``, ``consolidate_state_dict(recipient_rank=)``, ``state_dict(all_ranks=)``,
-``clip_grad_norm``).
+``clip_grad_norm``, ``partition_parameters``), and two behaviours fairscale code relies on:
+parameters of mixed dtypes (a frozen integer tensor beside float weights), and ``{}`` rather
+than ``None`` as the loaded state of the parameters other ranks own.
 """
 
 from __future__ import annotations
@@ -57,6 +59,33 @@ class NativeOSS(ZeroRedundancyOptimizer):
             if rank == dist.get_rank(self.process_group):
                 mine = super().state_dict()
         return mine
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load the full state; this rank keeps its shard's state and ``{}`` for the others'.
+
+        ZeRO would write ``None`` into the caller's dict and into ``self.state`` for the
+        parameters other ranks own (``for s in optimizer.state.values(): s.items()`` then
+        fails); fairscale leaves the input alone and holds ``{}``.
+        """
+        super().load_state_dict({**state_dict, "state": dict(state_dict["state"])})
+        for param, state in self.state.items():
+            if state is None:
+                self.state[param] = {}
+
+    def partition_parameters(self) -> list[list[dict[str, Any]]]:
+        """Each rank's ``param_groups``: which parameters each rank steps (fairscale's name)."""
+        partition: list[list[dict[str, Any]]] = self._partition_parameters()  # type: ignore[attr-defined]
+        return partition
+
+    def refresh_trainable(self) -> None:
+        """Nothing to do: ZeRO re-reads ``requires_grad`` at every :meth:`step`."""
+
+    def _verify_same_dense_param_type(self) -> None:
+        """Allow mixed dtypes, as fairscale does (ZeRO refuses them only because of
+        ``parameters_as_bucket_view``, which this class never turns on); sparse still fails."""
+        for param in self._all_params:  # type: ignore[attr-defined]
+            if param.is_sparse:
+                raise ValueError(f"OSS cannot shard sparse parameters (got {torch.typename(param)})")
 
     def clip_grad_norm(
         self,

@@ -23,11 +23,16 @@ __all__ = ["ENV", "FAMILIES", "Choice", "announce", "choose", "describe"]
 ENV = "SHARDCOMPAT_FAIRSCALE"
 log = logging.getLogger("shardcompat.fairscale")
 
-# OSS and ShardedDataParallel must come from the same library: ShardedDDP drives OSS's internals.
+# OSS and ShardedDataParallel must come from the same library: ShardedDDP drives OSS's internals;
+# FSDP's companions follow FSDP (fairscale FSDP relies on fairscale's checkpoint_wrapper).
 FAMILIES = {
     "OSS": "sdp",
     "ShardedDataParallel": "sdp",
     "FullyShardedDataParallel": "fsdp",
+    "TrainingState": "fsdp",
+    "checkpoint_wrapper": "fsdp",
+    "is_checkpointing": "fsdp",
+    "is_recomputing": "fsdp",
     "ShardedGradScaler": "scaler",
 }
 _BACKEND = {"sdp": "fairscale-sdp", "fsdp": "fairscale-fsdp"}
@@ -95,5 +100,6 @@ def describe() -> list[str]:
     for name, family in FAMILIES.items():
         choice = choose(family)
         lines.append(f"{name}: {choice.impl} ({choice.reason})")
-    lines.append("auto_wrap, enable_wrap, wrap, default_auto_wrap_policy: shardcompat (wraps with the class given)")
+    lines.append("auto_wrap, enable_wrap, wrap, default_auto_wrap_policy, config_auto_wrap_policy, auto_wrap_bn, "
+                 "get_fsdp_instances: shardcompat (with the FullyShardedDataParallel above)")
     return lines

@@ -6,19 +6,32 @@ nothing outside an ``enable_wrap`` context; inside, ``wrap`` builds
 ``wrapper_cls(module, **kwargs)`` with the context's kwargs, then ``module.wrapper_config``,
 then the call's overrides; ``auto_wrap`` walks the children bottom-up and wraps what the
 policy picks.  Unlike fairscale, ``wrapper_cls`` defaults to this package's
-``FullyShardedDataParallel`` instead of being required.
+``FullyShardedDataParallel`` instead of being required.  fairscale's helpers built on them
+(``config_auto_wrap_policy``, ``auto_wrap_bn``, ``get_fsdp_instances``) are here too, so they
+wrap with, and find, the facade's ``FullyShardedDataParallel`` whichever library serves it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch.distributed as dist
 from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
 
-__all__ = ["auto_wrap", "default_auto_wrap_policy", "enable_wrap", "wrap"]
+__all__ = [
+    "auto_wrap",
+    "auto_wrap_bn",
+    "config_auto_wrap_policy",
+    "default_auto_wrap_policy",
+    "enable_wrap",
+    "get_fsdp_instances",
+    "wrap",
+]
 
 Policy = Callable[..., bool]
 
@@ -44,6 +57,11 @@ def default_auto_wrap_policy(
 
 default_auto_wrap_policy.EXCLUDE_WRAP_MODULES = {nn.ModuleList, nn.ModuleDict}  # type: ignore[attr-defined]
 default_auto_wrap_policy.FORCE_LEAF_MODULES = {nn.MultiheadAttention}  # type: ignore[attr-defined]
+
+
+def config_auto_wrap_policy(module: nn.Module, recurse: bool, unwrapped_params: int, module_is_root: bool) -> bool:
+    """Recurse everywhere; wrap exactly the modules tagged with a ``wrapper_config`` dict."""
+    return recurse or hasattr(module, "wrapper_config")
 
 
 @dataclass
@@ -105,3 +123,55 @@ def _recursive_wrap(module: nn.Module, policy: Policy, is_root: bool, kwargs: di
     if policy(module=module, recurse=False, unwrapped_params=total - wrapped_params, module_is_root=is_root):
         return wrap(module, **kwargs), total
     return module, wrapped_params
+
+
+def get_fsdp_instances(mod: nn.Module, skip_empty: bool = False) -> list[Any]:
+    """Every facade ``FullyShardedDataParallel`` in ``mod`` (itself included), outermost first;
+    ``skip_empty`` leaves out units that shard no parameter of their own."""
+    from . import FullyShardedDataParallel
+
+    found = [m for m in mod.modules() if isinstance(m, FullyShardedDataParallel)]
+    return [m for m in found if m.non_shared_params()] if skip_empty else found
+
+
+@functools.cache
+def _own_rank_group() -> Any:
+    """A process group of this rank alone (a collective the first time: every rank builds all of them)."""
+    group, _ = dist.new_subgroups(group_size=1)  # type: ignore[no-untyped-call]
+    return group
+
+
+def auto_wrap_bn(
+    module: nn.Module,
+    single_rank_pg: bool = False,
+    process_group: Any = None,
+    fsdp_config: dict[str, Any] | None = None,
+    wrap_it: bool = True,
+    assert_on_collision: bool = True,
+) -> nn.Module:
+    """Put every batch-norm layer in its own full-precision, unflattened unit (fairscale's recipe).
+
+    The layers are tagged with ``wrapper_config`` (default: fp32, ``reshard_after_forward=False``,
+    ``flatten_parameters=False`` where fairscale serves FSDP; torch FSDP needs one flattening for
+    all nested units, so natively the default one; ``single_rank_pg`` gives each rank its own
+    group) and, with ``wrap_it``, wrapped by :func:`auto_wrap` under :func:`config_auto_wrap_policy`.
+    """
+    if fsdp_config is None:
+        from ._select import announce
+
+        group = _own_rank_group() if single_rank_pg else process_group
+        fsdp_config = {"process_group": group, "mixed_precision": False, "reshard_after_forward": False}
+        if announce("FullyShardedDataParallel").impl == "fairscale":
+            fsdp_config["flatten_parameters"] = False
+    for child in module.modules():
+        if isinstance(child, _BatchNorm):
+            if assert_on_collision and hasattr(child, "wrapper_config"):
+                raise ValueError(f"auto_wrap_bn: {type(child).__name__} already has a wrapper_config; "
+                                 "pass assert_on_collision=False to replace it")
+            child.wrapper_config = fsdp_config  # type: ignore[assignment]
+    if not wrap_it:
+        return module
+    from . import FullyShardedDataParallel
+
+    with enable_wrap(config_auto_wrap_policy, wrapper_cls=FullyShardedDataParallel):
+        return auto_wrap(module)
