@@ -231,6 +231,19 @@ def test_a_bad_request_is_refused_before_any_rank_starts(argv: list[str], says: 
     assert len(result.stderr.splitlines()) <= 8, result.stderr
 
 
+@pytest.mark.parametrize("argv", [["--backend", "fairscale-sdp"], ["--sharded_ddp", "zero_dp_3 backend=fairscale"]])
+def test_a_missing_fairscale_is_refused_before_torch_is_imported(argv: list[str]) -> None:
+    """Importing torch alone takes seconds on a small machine: an explicit fairscale choice
+    without fairscale is answered from package metadata, as quickly as a bad option."""
+    if importlib.util.find_spec("fairscale") is not None:
+        pytest.skip("fairscale is installed here: nothing to refuse")
+    code = ("import sys; from shardcompat.cli import main; "
+            f"code = main(['train', *{argv!r}]); print(code, 'torch' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.stdout.split() == ["2", "False"], result.stderr
+    assert "fairscale is not installed (pip install 'fairscale>=0.1.5')" in result.stderr
+
+
 def test_a_legacy_flag_warns_as_the_command_not_from_argparse() -> None:
     result = cli("--sharded_ddp", "True", "--steps", "1", "--nproc", "1", "--json")
     assert result.returncode == 0, result.stderr

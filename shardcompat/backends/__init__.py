@@ -8,10 +8,19 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.metadata
 from collections.abc import Sequence
 
 from ..options import BACKEND_NAMES, ShardingOptions
-from ._base import Backend, OptimizerFactory, Placement, Plan, Probe, UnsupportedOptions
+from ._base import (
+    FAIRSCALE_MISSING,
+    Backend,
+    OptimizerFactory,
+    Placement,
+    Plan,
+    Probe,
+    UnsupportedOptions,
+)
 
 __all__ = [
     "Backend",
@@ -27,6 +36,7 @@ __all__ = [
     "describe",
     "get",
     "probe_all",
+    "refuse_uninstalled",
     "resolve",
 ]
 
@@ -88,8 +98,27 @@ def candidates(choice: str = "auto") -> list[str]:
         return list(_AUTO_ORDER)
     if choice in ("torch", "fairscale"):
         return [n for n in _AUTO_ORDER if n.startswith(choice + "-")]
-    get(choice)  # validates the name
+    if choice not in _MODULES:
+        raise ValueError(f"unknown backend {choice!r}; choose from {', '.join(_MODULES)}")
     return [choice]
+
+
+def refuse_uninstalled(options: ShardingOptions, backend: str = "auto") -> None:
+    """Raise :class:`NoBackendAvailable` if every backend ``backend`` allows needs fairscale and
+    fairscale is not installed.
+
+    Read from package metadata alone, before torch is imported (seconds on a small machine), so
+    ``shardcompat train --backend fairscale-sdp`` answers at once; :func:`resolve` would say the
+    same after probing.
+    """
+    choice = backend if backend != "auto" else options.backend
+    names = candidates(choice)
+    if not all(name.startswith("fairscale-") for name in names):
+        return
+    try:
+        importlib.metadata.version("fairscale")
+    except importlib.metadata.PackageNotFoundError:
+        raise NoBackendAvailable(options, choice, dict.fromkeys(names, FAIRSCALE_MISSING)) from None
 
 
 @functools.cache

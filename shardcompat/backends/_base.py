@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from ..prepared import Prepared
 
 __all__ = [
+    "FAIRSCALE_MISSING",
     "Backend",
     "OptimizerFactory",
     "Placement",
@@ -22,6 +23,9 @@ __all__ = [
     "Probe",
     "UnsupportedOptions",
 ]
+
+# The reason both fairscale backends give when it is absent, probed or read from metadata.
+FAIRSCALE_MISSING = "fairscale is not installed (pip install 'fairscale>=0.1.5')"
 
 OptimizerFactory = Callable[[Iterable["torch.nn.Parameter"]], "torch.optim.Optimizer"]
 

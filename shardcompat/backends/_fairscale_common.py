@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from ..options import Precision, ShardingOptions
-from ._base import Probe
+from ._base import FAIRSCALE_MISSING, Probe
 from ._fairscale_waits import wait_for_every_collective
 
 __all__ = [
@@ -51,7 +51,7 @@ def import_fairscale(modules: Sequence[str]) -> tuple[dict[str, Any], str]:
     """
     version = fairscale_version()
     if version is None:
-        return {}, "fairscale is not installed (pip install 'fairscale>=0.1.5')"
+        return {}, FAIRSCALE_MISSING
     found: dict[str, Any] = {}
     for name in modules:
         try:

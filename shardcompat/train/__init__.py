@@ -117,6 +117,9 @@ def _configs(args: argparse.Namespace) -> list[RunConfig]:
     for flag in ("steps", "batch_size", "layers", "dim", "heads", "vocab", "seq_len"):
         if getattr(args, flag) < 1:
             raise ValueError(f"--{flag.replace('_', '-')} must be at least 1, got {getattr(args, flag)}")
+    from ..backends import refuse_uninstalled
+
+    refuse_uninstalled(options, args.backend)
     import torch  # after the checks that need no torch: they answer at once
 
     from .models import ModelConfig, build_model
