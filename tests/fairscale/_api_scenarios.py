@@ -18,7 +18,7 @@ import torch.distributed as dist
 from torch import nn
 
 from tests._parity import DIM, STEPS, batch, build_model, loss_fn
-from tests.fairscale._scenarios import _mean, _state, ddp
+from tests.fairscale._scenarios import _mean, _state, _train, ddp
 
 SGD = functools.partial(torch.optim.SGD, lr=0.05, momentum=0.9)
 
@@ -67,18 +67,6 @@ def _ddp_oss(model: nn.Module, lr: float = 0.05) -> tuple[Any, Any]:
     from shardcompat.fairscale import OSS
 
     return nn.parallel.DistributedDataParallel(model), OSS(model.parameters(), lr=lr, momentum=0.9)
-
-
-def _train(model: Any, optimizer: Any, rank: int, steps: range, name: str = "mlp") -> list[float]:
-    losses = []
-    for step in steps:
-        optimizer.zero_grad()
-        data, target = batch(name, rank, step)
-        loss = loss_fn(name, model(data), target)
-        loss.backward()
-        optimizer.step()
-        losses.append(_mean(loss))
-    return losses
 
 
 def oss_reload(rank: int) -> dict[str, Any]:

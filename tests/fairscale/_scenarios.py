@@ -30,6 +30,19 @@ def _mean(loss: torch.Tensor) -> float:
     return float(value) / dist.get_world_size()
 
 
+def _train(model: Any, optimizer: Any, rank: int, steps: range, name: str = "mlp") -> list[float]:
+    """Plain steps as fairscale's tests take them; the loss averaged over ranks, per step."""
+    losses = []
+    for step in steps:
+        optimizer.zero_grad()
+        data, target = batch(name, rank, step)
+        loss = loss_fn(name, model(data), target)
+        loss.backward()
+        optimizer.step()
+        losses.append(_mean(loss))
+    return losses
+
+
 def ddp(rank: int, model_name: str, optim: str, *, clip: float | None = None, accumulate: int = 1) -> dict[str, Any]:
     my_module = build_model(model_name)
     model = nn.parallel.DistributedDataParallel(my_module)
@@ -149,15 +162,7 @@ def fsdp_resume(rank: int, model_name: str) -> dict[str, Any]:
         return model, torch.optim.Adam(model.parameters(), lr=1e-2)
 
     def train(model: Any, optim: torch.optim.Optimizer, steps: range) -> list[float]:
-        losses = []
-        for step in steps:
-            optim.zero_grad()
-            sample, label = batch(model_name, rank, step)
-            loss = loss_fn(model_name, model(sample), label)
-            loss.backward()
-            optim.step()
-            losses.append(_mean(loss))
-        return losses
+        return _train(model, optim, rank, steps, model_name)
 
     model, optim = build(0)
     head = train(model, optim, range(2))
