@@ -77,6 +77,23 @@ class NativeOSS(ZeroRedundancyOptimizer):
         partition: list[list[dict[str, Any]]] = self._partition_parameters()  # type: ignore[attr-defined]
         return partition
 
+    @property
+    def _per_device_params(self) -> dict[torch.device, list[list[torch.Tensor]]]:
+        """fairscale's view of the partition, by device and then by rank (its own tests and
+        user code that checks what each rank steps read it; ZeRO keeps it only for bucket views)."""
+        partition = self.partition_parameters()
+        by_device: dict[torch.device, list[list[torch.Tensor]]] = {}
+        for rank, groups in enumerate(partition):
+            for param in (p for group in groups for p in group["params"]):
+                by_device.setdefault(param.device, [[] for _ in partition])[rank].append(param)
+        return by_device
+
+    @property
+    def buckets(self) -> dict[torch.device, dict[int, Any]]:
+        """fairscale's flat broadcast buffers, by device and rank: none here, since ZeRO without
+        bucket views (which mixed dtypes rule out) broadcasts each parameter from its owner."""
+        return {}
+
     def refresh_trainable(self) -> None:
         """Nothing to do: ZeRO re-reads ``requires_grad`` at every :meth:`step`."""
 

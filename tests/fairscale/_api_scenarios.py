@@ -108,7 +108,11 @@ def oss_partition(rank: int) -> dict[str, Any]:
     mine = [p for group in optimizer.optim.param_groups for p in group["params"]]
     return {"sizes": [sum(int(p.numel()) for g in groups for p in g["params"]) for groups in partition],
             "covered": sorted(i for ids in owners for i in ids) == sorted(id(p) for p in params),
-            "local_is_partition": [id(p) for p in mine] == owners[rank]}
+            "local_is_partition": [id(p) for p in mine] == owners[rank],
+            # fairscale's own view of the same partition, read by its test_gradient_clipping
+            # (fairscale orders each rank's list by size)
+            "per_device": {str(device): [sorted(map(id, ps)) for ps in per_rank] == list(map(sorted, owners))
+                           for device, per_rank in optimizer._per_device_params.items()}}
 
 
 # -- ShardedDataParallel -----------------------------------------------------------------------

@@ -71,6 +71,7 @@ def test_oss_partition_balances_and_covers(results: dict[str, Any]) -> None:
     for rank in (0, 1):
         got = _ok(results, "oss_partition", rank)
         assert got["sizes"] == [24, 24] and got["covered"] and got["local_is_partition"], got
+        assert got["per_device"] == {"cpu": True}, got
 
 
 # -- ShardedDataParallel: test_sharded_ddp_features.py, test_sharded_ddp_pytorch_parity.py ------
