@@ -18,7 +18,7 @@ import torch.distributed as dist
 from torch import nn
 
 from tests._parity import DIM, STEPS, batch, build_model, loss_fn
-from tests.fairscale._scenarios import _mean, _state, _train, ddp
+from tests.fairscale._scenarios import _mean, _state, _train, ddp, run_cases
 
 SGD = functools.partial(torch.optim.SGD, lr=0.05, momentum=0.9)
 
@@ -449,13 +449,4 @@ CASES: dict[str, tuple[Any, dict[str, Any]]] = {
 
 
 def run(rank: int, world_size: int, names: list[str]) -> dict[str, Any]:
-    """Every named case on this rank; a failing case reports its error instead of a result."""
-    out: dict[str, Any] = {}
-    for name in names:
-        fn, kwargs = CASES[name]
-        try:
-            out[name] = fn(rank, **kwargs)
-        except Exception as error:
-            out[name] = f"{type(error).__name__}: {error}"
-            dist.barrier()
-    return out
+    return run_cases(CASES, rank, names)

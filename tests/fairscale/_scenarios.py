@@ -259,9 +259,8 @@ FSDP_CASES: dict[str, tuple[Any, dict[str, Any]]] = {
 }
 
 
-def run(rank: int, world_size: int, names: list[str]) -> dict[str, Any]:
+def run_cases(cases: dict[str, tuple[Any, dict[str, Any]]], rank: int, names: list[str]) -> dict[str, Any]:
     """Every named case on this rank; a failing case reports its error instead of a result."""
-    cases = {**SDP_CASES, **FSDP_CASES}
     out: dict[str, Any] = {}
     for name in names:
         fn, kwargs = cases[name]
@@ -271,3 +270,7 @@ def run(rank: int, world_size: int, names: list[str]) -> dict[str, Any]:
             out[name] = f"{type(error).__name__}: {error}"
             dist.barrier()
     return out
+
+
+def run(rank: int, world_size: int, names: list[str]) -> dict[str, Any]:
+    return run_cases({**SDP_CASES, **FSDP_CASES}, rank, names)
