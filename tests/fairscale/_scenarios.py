@@ -140,14 +140,7 @@ def wrapped_fsdp(rank: int) -> dict[str, Any]:
     model = FullyShardedDataParallel(my_module)
     units = sum(isinstance(m, FullyShardedDataParallel) for m in model.modules())
     optim = torch.optim.Adam(model.parameters(), lr=1e-2)
-    losses = []
-    for step in range(STEPS):
-        optim.zero_grad()
-        sample, label = batch("blocks", rank, step)
-        loss = loss_fn("blocks", model(sample), label)
-        loss.backward()
-        optim.step()
-        losses.append(_mean(loss))
+    losses = _train(model, optim, rank, range(STEPS), "blocks")
     return {"losses": losses, "state": dict(model.state_dict()), "units": units}
 
 
