@@ -1,0 +1,8 @@
+"""``fairscale.nn.wrap.auto_wrap`` mirrored: the wrap helpers and ConfigAutoWrap.
+
+What it serves and refuses is its row of ``shardcompat.fairscale._tree.TREE``.
+"""
+
+from shardcompat.fairscale._tree import attach
+
+__getattr__, __dir__, __all__ = attach(__name__)

@@ -1,0 +1,8 @@
+"""``fairscale.utils (fairscale.internal before 0.4.7)`` mirrored: torch_version.
+
+What it serves and refuses is its row of ``shardcompat.fairscale._tree.TREE``.
+"""
+
+from shardcompat.fairscale._tree import attach
+
+__getattr__, __dir__, __all__ = attach(__name__)
