@@ -10,6 +10,7 @@ installed, the table must cover fairscale's own tree.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.metadata
 import json
@@ -146,6 +147,15 @@ def test_the_docs_list_every_mirrored_path_from_the_code() -> None:
         assert table in text, "regenerate the tables in docs/fairscale-facade.md from shardcompat.fairscale._tree"
     for path in MIRRORED:
         assert f"`{PACKAGE}.{path}`" in text
+
+
+@pytest.mark.parametrize("path", MIRRORED)
+def test_type_checkers_see_what_each_module_serves(path: str) -> None:
+    """Each module's ``if TYPE_CHECKING:`` imports (what mypy reads) name exactly its served row."""
+    source = Path(importlib.import_module(_module(path)).__file__ or "").read_text()
+    typed = {alias.asname or alias.name for node in ast.walk(ast.parse(source)) if isinstance(node, ast.If)
+             for stmt in node.body if isinstance(stmt, ast.ImportFrom) for alias in stmt.names}
+    assert typed == set(_tree.TREE[path].served)
 
 
 def test_the_flat_facade_exports_its_tree_row() -> None:
