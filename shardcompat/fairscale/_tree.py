@@ -32,7 +32,8 @@ from ._unserved import (
     refusal,
 )
 
-__all__ = ["PACKAGE", "TREE", "Node", "attach", "install", "markdown_table", "unserved_modules_table"]
+__all__ = ["PACKAGE", "TREE", "Node", "Verdict", "attach", "install", "markdown_table", "resolve",
+           "unserved_modules_table", "unserved_names_table"]
 
 PACKAGE = __package__ or "shardcompat.fairscale"
 
@@ -72,6 +73,46 @@ TREE: dict[str, Node] = {
     "internal": Node(("torch_version",)),
     "internal.version": Node(("torch_version",)),
 }
+
+
+class Verdict(NamedTuple):
+    """What ``shardcompat.fairscale`` makes of a dotted fairscale path (see :func:`resolve`)."""
+
+    kind: str  # "served" (a name), "module" (a mirrored module), "unserved" or "unknown"
+    reason: str = ""  # for "unserved": the refusal text
+
+
+def resolve(dotted: str, *, module: bool = False) -> Verdict:
+    """``fairscale.optim.OSS`` -> served; ``fairscale.nn`` -> module; ``fairscale.optim.AdaScale``
+    or ``fairscale.nn.model_parallel.x`` -> unserved, with the reason; anything else unknown.
+
+    Attributes after a served name (``fairscale.optim.OSS.step``) belong to it.  As attribute
+    lookups do in fairscale, a package's served name wins over its submodule of the same name
+    (``fairscale.nn.wrap`` is the function); ``module=True`` reads ``dotted`` as an import's
+    module path instead, where the submodule is meant.  The migration tool asks this before it
+    swaps a prefix, so it moves exactly what the facade serves.
+    """
+    parts = dotted.split(".")
+    if parts[0] != "fairscale":
+        return Verdict("unknown")
+    path = ""
+    for part in parts[1:]:
+        child = _join(path, part)
+        node = TREE[path]
+        if part in node.served and not module:
+            return Verdict("served")
+        if child in TREE:
+            path = child
+            continue
+        refused = _unserved_module(child)
+        if refused is not None:
+            return Verdict("unserved", module_refusal(refused))
+        if part in node.served:
+            return Verdict("served")
+        if part in node.unserved:
+            return Verdict("unserved", _refusal(part))
+        return Verdict("unknown")
+    return Verdict("module")
 
 
 def _relative(module: str) -> str:

@@ -220,3 +220,29 @@ def test_every_name_a_fairscale_package_offers_is_served_or_refused_at_the_same_
                 unknown.append(f"fairscale.{path}.{name}")
     assert checked, "no mirrored package of the installed fairscale was importable"
     assert not unknown, f"offered by fairscale but neither served nor refused there: {unknown}"
+
+
+@pytest.mark.parametrize("dotted, kind", [
+    ("fairscale", "module"),
+    ("fairscale.nn.data_parallel", "module"),
+    ("fairscale.optim.oss.OSS", "served"),
+    ("fairscale.optim.OSS.step", "served"),
+    ("fairscale.nn.wrap", "served"),  # as an attribute, the function nn serves wins, as in fairscale
+    ("fairscale.nn.wrap.auto_wrap", "served"),
+    ("fairscale.optim.AdaScale", "unserved"),
+    ("fairscale.nn.model_parallel.initialize.initialize_model_parallel", "unserved"),
+    ("fairscale.experimental", "unserved"),
+    ("fairscale.optim.NoSuchThing", "unknown"),
+    ("fairscale.__version__", "unknown"),
+    ("torch.nn", "unknown"),
+])
+def test_resolve_says_what_the_migration_may_move(dotted: str, kind: str) -> None:
+    verdict = _tree.resolve(dotted)
+    assert verdict.kind == kind
+    assert bool(verdict.reason) == (kind == "unserved")
+
+
+def test_resolve_reads_an_imports_module_path_as_modules() -> None:
+    assert _tree.resolve("fairscale.nn.wrap", module=True).kind == "module"
+    assert _tree.resolve("fairscale.nn.wrap.auto_wrap", module=True).kind == "module"
+    assert _tree.resolve("fairscale.nn.pipe", module=True).kind == "unserved"
