@@ -1,8 +1,8 @@
 """libcst codemod commands for legacy ``sharded_ddp`` usage: the rules of
-:mod:`codemods.pyrules.legacy` for libcst's own runner (``.libcst.codemod.yaml``)::
+:mod:`codemods.rules.sharded_ddp.python` for libcst's own runner (``.libcst.codemod.yaml``)::
 
-    python -m libcst.tool codemod python_legacy.MigrateShardedDDP --no-format src/
-    python -m libcst.tool codemod python_legacy.MigrateShardedDDP --no-format --to fsdp src/
+    python -m libcst.tool codemod sharded_ddp.commands.MigrateShardedDDP --no-format src/
+    python -m libcst.tool codemod sharded_ddp.commands.MigrateShardedDDP --no-format --to fsdp src/
 
 Each rule family is a command of its own too (:class:`LegacyValues`, :class:`LegacyDeclarations`,
 :class:`LegacyCommandLines`, :class:`LegacyReview`).  Under libcst's runner there is no scope
@@ -18,9 +18,9 @@ from typing import ClassVar
 import libcst as cst
 from libcst.codemod import CodemodCommand, CodemodContext
 
-from .context import Settings, fsdp_form_for
-from .pyrules import Records, Rule, prepare, run
-from .pyrules.legacy import LEGACY, CommandLines, Declarations, Review, Values
+from ...run.context import Settings, fsdp_form_for
+from ..base import Records, Rule, prepare, run
+from .python import LEGACY, CommandLines, Declarations, Review, Values
 
 __all__ = [
     "LegacyCommandLines",
