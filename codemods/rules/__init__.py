@@ -6,7 +6,8 @@ rules for Python (:mod:`~.sharded_ddp.python`) and the same rules as libcst code
 (:mod:`~.sharded_ddp.commands`); :mod:`.fairscale` holds fairscale imports to the
 ``shardcompat.fairscale`` facade, laid out the same way (:mod:`~.fairscale.python`,
 :mod:`~.fairscale.commands`); :mod:`.base` is the plumbing every Python rule shares
-(:class:`~.base.Records`, :class:`~.base.Rule`, :func:`~.base.run`).  A new table (Transformers' legacy argument
+(:class:`~.base.Records`, :class:`~.base.Rule`, :func:`~.base.run`) and :mod:`.command` the
+codemod command every table's commands derive from.  A new table (Transformers' legacy argument
 names, say) is a new subpackage with the same three parts, switched on in
 :func:`python_rules` below and in :class:`~codemods.run.context.Settings` (with
 :func:`~codemods.run.context.needles`, the bytes a file must hold to be looked at).  Importing

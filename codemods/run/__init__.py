@@ -6,5 +6,6 @@ usage is Transformers' (evidence) and so may be edited, :mod:`.engine` rewrites 
 worker by handing its text to the format's reader in :mod:`codemods.formats`, :mod:`.report`
 holds the edit and warning records and renders them (human or JSON), :mod:`.write` replaces a
 file atomically, and :mod:`.context` carries the :class:`~.context.Settings` every layer reads.
-Nothing here knows a rule or a file format.
+How a format is read and what a rule changes live in :mod:`codemods.formats` and
+:mod:`codemods.rules`, not here.
 """

@@ -8,7 +8,7 @@ for libcst's own runner (``.libcst.codemod.yaml``)::
 
 from __future__ import annotations
 
-from ..sharded_ddp.commands import RuleCommand
+from ..command import RuleCommand
 from .python import FairscaleImports
 
 __all__ = ["FairscaleImportsCommand"]
