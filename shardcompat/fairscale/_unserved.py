@@ -47,6 +47,9 @@ UNSERVED: dict[str, Row] = {
     "no_pre_load_state_dict_hook": Row(
         "switches off fairscale FSDP's own load_state_dict key rewriting",
         "nothing on the native side: torch FSDP's state_dict()/load_state_dict() use the original keys"),
+    "OffloadConfig": Row("the SSD-offload setting of fairscale FSDP 0.4.3-0.4.10 (experimental, gone in 0.4.11)",
+                         "FullyShardedDataParallel(move_params_to_cpu=True) offloads to CPU; torch FSDP has no "
+                         "SSD offload"),
     "GradScaler": Row(
         "torch.cuda.amp.GradScaler that also unscales fp16 gradients (pure fp16 parameters)",
         "torch.amp.GradScaler('cuda') with fp32 parameters (FSDP mixed_precision=True); ShardedGradScaler "
@@ -75,6 +78,9 @@ UNSERVED_MODULES: dict[str, Row] = {
     "nn.moe": UNSERVED["MOELayer"],
     "nn.data_parallel.fsdp_optim_utils": _INTERNAL,
     "nn.checkpoint.checkpoint_utils": _INTERNAL,
+    "nn.misc.grad_bucket": Row("the internal buffer of ShardedDataParallel (0.3.2's GradBucket)",
+                               "nothing: torch's DDP manages its own buckets"),
+    "nn.misc.misc": _INTERNAL,  # patch_batchnorm, 0.3.1-0.3.6
     "nn.misc.param_bucket": Row("the internal buffers of OSS and ShardedDataParallel (GradBucket, ParamBucket)",
                                 "nothing: torch's DDP and ZeroRedundancyOptimizer manage their own buffers"),
     "optim.adam": UNSERVED["Adam"],
