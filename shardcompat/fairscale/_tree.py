@@ -232,6 +232,14 @@ class _Finder(importlib.abc.MetaPathFinder):
             return None
         if name in node.unserved:
             raise UnservedImport(_refusal(name), name=_join(PACKAGE, parent))
+        if name in node.served:  # served, but resolving it failed (say, a fairscale too old for it)
+            from ._classes import implementation
+
+            try:
+                implementation(name)
+            except AttributeError as error:
+                raise UnservedImport(str(error), name=_join(PACKAGE, parent)) from error
+            return None
         close = difflib.get_close_matches(name, [*node.served, *_children(parent)], n=1)
         if close:
             raise ImportError(f"cannot import name {name!r} from {_join(PACKAGE, parent)!r}; did you mean "

@@ -50,10 +50,12 @@ def _grads(model: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def test_disable_checkpointing_keeps_activations_and_the_same_gradients() -> None:
-    from shardcompat.fairscale.nn.checkpoint.checkpoint_activations import (
-        checkpoint_wrapper,
-        disable_checkpointing,
-    )
+    from shardcompat.fairscale.nn.checkpoint.checkpoint_activations import checkpoint_wrapper
+
+    try:
+        from shardcompat.fairscale.nn.checkpoint.checkpoint_activations import disable_checkpointing
+    except ImportError as error:  # the fairscale serving checkpoint_wrapper here predates it
+        pytest.skip(str(error))
 
     plain = Counted()
     want = _grads(plain)
