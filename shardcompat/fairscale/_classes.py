@@ -49,24 +49,35 @@ def _loaders() -> dict[str, tuple[Callable[[], Any], Callable[[], Any]]]:
         "ShardedDataParallel": _sdp.fairscale_sharded_data_parallel,
         "FullyShardedDataParallel": _fsdp.fairscale_fully_sharded_data_parallel,
         "TrainingState": _from("fairscale.nn.data_parallel.fully_sharded_data_parallel", "TrainingState"),
-        "checkpoint_wrapper": _from("fairscale.nn.checkpoint", "checkpoint_wrapper"),
-        "is_checkpointing": _from("fairscale.nn.checkpoint", "is_checkpointing"),
-        "is_recomputing": _from("fairscale.nn.checkpoint", "is_recomputing"),
-        "disable_checkpointing": _fairscale_disable_checkpointing,
+        **{name: _fairscale_checkpoint(name) for name in (
+            "checkpoint_wrapper", "is_checkpointing", "is_recomputing", "disable_checkpointing")},
         "ShardedGradScaler": _scaler.fairscale_sharded_grad_scaler,
     }
     return {name: (fairscale[name], native[name]) for name in native}
 
 
-def _fairscale_disable_checkpointing() -> Any:
-    """fairscale's, which its checkpoint_wrapper (served beside fairscale's FSDP) reads."""
-    module = importlib.import_module("fairscale.nn.checkpoint.checkpoint_activations")
-    if not hasattr(module, "disable_checkpointing"):  # releases before 0.4.3
+_CHECKPOINT_HOMES = ("fairscale.nn.checkpoint.checkpoint_activations",  # 0.3.7 on
+                     "fairscale.nn.misc.checkpoint_activations")  # before
+
+
+def _fairscale_checkpoint(name: str) -> Callable[[], Any]:
+    """fairscale's checkpointing helper ``name`` from wherever this release keeps it: the ones
+    its FSDP (served beside them) reads.  A release without it says so."""
+
+    def load() -> Any:
+        for home in _CHECKPOINT_HOMES:
+            try:
+                module = importlib.import_module(home)
+            except ImportError:
+                continue
+            if hasattr(module, name):
+                return getattr(module, name)
         raise UnservedAttribute(
-            "disable_checkpointing: the fairscale installed here serves checkpoint_wrapper but predates "
-            "disable_checkpointing, which only that release's wrapper could honour; upgrade fairscale or set "
-            "SHARDCOMPAT_FAIRSCALE=native", name="disable_checkpointing")
-    return module.disable_checkpointing
+            f"{name}: the fairscale installed here serves FullyShardedDataParallel and checkpoint_wrapper but "
+            f"predates {name}, which only that release's wrapper could honour; upgrade fairscale or set "
+            "SHARDCOMPAT_FAIRSCALE=native", name=name)
+
+    return load
 
 
 def implementation(name: str) -> Any:

@@ -21,7 +21,8 @@ import shardcompat.fairscale as facade
 from shardcompat.backends._fairscale_common import import_fairscale
 from shardcompat.fairscale import _fsdp, _oss, _scaler, _sdp, _unserved
 
-FAIRSCALE_MODULES = ["fairscale.nn.data_parallel", "fairscale.optim.grad_scaler"]
+# What the signature checks compare against (releases before 0.3.7, without nn.checkpoint, skip).
+FAIRSCALE_MODULES = ["fairscale.nn.data_parallel", "fairscale.optim.grad_scaler", "fairscale.nn.checkpoint"]
 
 
 class Probe(nn.Module):
@@ -60,6 +61,10 @@ def _step(block: nn.Module) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
 def test_checkpoint_wrapper_is_the_same_computation(offload_to_cpu: bool) -> None:
     """fairscale's test_checkpoint_activations: same outputs, gradients and batch-norm statistics
     (updated once, not again when recomputed), the module kept in place."""
+    try:
+        facade.is_checkpointing  # noqa: B018
+    except AttributeError as error:  # a fairscale before 0.3.7 serves checkpoint_wrapper here, without it
+        pytest.skip(str(error))
     plain, block = Block(), Block()
     wrapped = facade.checkpoint_wrapper(block, offload_to_cpu=offload_to_cpu)
     assert wrapped is block and type(wrapped) is Block and wrapped.state_dict().keys() == plain.state_dict().keys()
