@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import ast
 import bisect
-import functools
-import importlib.util
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -28,7 +26,7 @@ __all__ = [
     "Facts",
     "Lines",
     "Unit",
-    "facade_names",
+    "facade_resolve",
     "facts_of",
     "quiet_call",
     "scan",
@@ -49,24 +47,18 @@ def quiet_call(name: str) -> bool:
     return name in QUIET_CALLS or name.endswith(("Error", "Exception", "Warning"))
 
 
-@functools.lru_cache(maxsize=1)
-def facade_names() -> frozenset[str]:
-    """The names ``shardcompat.fairscale`` serves: its ``__all__``, read from its source (no
-    torch import); imported only when ``__all__`` is not a plain literal there."""
-    spec = importlib.util.find_spec(FACADE)
-    if spec is not None and spec.origin:
-        with open(spec.origin, "rb") as handle:
-            tree = ast.parse(handle.read())
-        for node in tree.body:
-            if isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
-            ):
-                try:
-                    return frozenset(ast.literal_eval(node.value))
-                except ValueError:
-                    break
-    module = importlib.import_module(FACADE)
-    return frozenset(getattr(module, "__all__", ()))
+def facade_resolve(dotted: str, *, module: bool = False) -> tuple[str, str]:
+    """What ``shardcompat.fairscale`` makes of a dotted fairscale path: ``(kind, reason)`` with
+    kind ``served``, ``module``, ``unserved`` (reason: the facade's refusal) or ``unknown``.
+
+    The facade's own table answers (:func:`shardcompat.fairscale._tree.resolve`), imported on
+    first use: it loads neither torch nor fairscale, and a name the facade starts serving is
+    migrated without a change here.
+    """
+    from shardcompat.fairscale._tree import resolve
+
+    verdict = resolve(dotted, module=module)
+    return verdict.kind, verdict.reason
 
 
 class Lines:
@@ -106,17 +98,18 @@ class Unit:
 @dataclass(frozen=True)
 class AliasPlan:
     """A name bound to a fairscale *module* (``import fairscale.optim as optim``, ``import
-    fairscale``) and what becomes of it: ``rewrite`` (every use is a name the facade serves) or
-    not, with the uses that stop it (line, dotted text)."""
+    fairscale``) and what becomes of it: ``rewrite`` (every use is a name the facade serves at
+    that path) or not, with the uses that stop it (line, dotted text)."""
 
     local: str
     module: str
     rewrite: bool
     #: the line of the import that binds it
     line: int = 0
-    #: bound by ``from fairscale.x import name`` (a name that may be a module or not)
+    #: bound by ``from fairscale.x import module``
     via_from: bool = False
-    #: dotted uses to rewrite, for a binding without an alias: ``fairscale.optim.OSS`` -> ``OSS``
+    #: dotted uses to rewrite, for a binding without an alias: ``fairscale.optim.OSS`` ->
+    #: ``shardcompat.fairscale.optim.OSS``
     chains: dict[str, str] = field(default_factory=dict)
     blockers: tuple[tuple[int, str], ...] = ()
 
@@ -175,8 +168,9 @@ def _declares(node: ast.AST) -> bool:
     return kind is None or not _BOOL_TYPES.search(ast.unparse(kind))
 
 
-def _fairscale_bindings(tree: ast.Module, served: frozenset[str]) -> dict[str, AliasPlan]:
-    """Names bound to fairscale modules, and whether every use of each is a served name."""
+def _fairscale_bindings(tree: ast.Module) -> dict[str, AliasPlan]:
+    """Names bound to fairscale modules, and whether every use of each is a name the facade
+    serves at that path (so that swapping the prefix keeps the code working)."""
     bound: dict[str, str] = {}  # local name -> fairscale module
     where: dict[str, int] = {}
     via_from: set[str] = set()
@@ -189,7 +183,8 @@ def _fairscale_bindings(tree: ast.Module, served: frozenset[str]) -> dict[str, A
                     where.setdefault(local, node.lineno)
         elif isinstance(node, ast.ImportFrom) and not node.level and _is_fairscale(node.module):
             for alias in node.names:
-                if alias.name != "*" and alias.name not in served:
+                # a submodule bound by name (``from fairscale.nn import data_parallel``)
+                if alias.name != "*" and facade_resolve(f"{node.module}.{alias.name}")[0] == "module":
                     bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
                     where.setdefault(alias.asname or alias.name, node.lineno)
                     via_from.add(alias.asname or alias.name)
@@ -219,14 +214,13 @@ def _fairscale_bindings(tree: ast.Module, served: frozenset[str]) -> dict[str, A
         blockers = []
         for line, dotted in uses[local]:
             parts = dotted.split(".")[1:]
-            if module == "fairscale":  # no alias: the whole dotted path is written at each use
-                index = next((i for i, p in enumerate(parts) if p in served), None)
-                if index is None:
-                    blockers.append((line, dotted))
-                else:
-                    chains[".".join(["fairscale", *parts[:index + 1]])] = parts[index]
-            elif not parts or parts[0] not in served:
+            served = next((i for i in range(len(parts))
+                           if facade_resolve(".".join([module, *parts[:i + 1]]))[0] == "served"), None)
+            if served is None:
                 blockers.append((line, dotted))
+            elif module == "fairscale":  # no alias: the whole dotted path is written at each use
+                prefix = ".".join(["fairscale", *parts[:served + 1]])
+                chains[prefix] = f"shardcompat.{prefix}"
         used = bool(uses[local])
         plans[local] = AliasPlan(local, module, used and not blockers, where[local], local in via_from, chains,
                                  tuple(blockers))
@@ -248,7 +242,7 @@ def facts_of(tree: ast.Module, text: str, *, legacy: bool = True, fairscale: boo
     if fairscale:
         facts.scanned_fairscale = True
         if "fairscale" in text:
-            facts.aliases = _fairscale_bindings(tree, facade_names())
+            facts.aliases = _fairscale_bindings(tree)
     return facts
 
 

@@ -1,37 +1,32 @@
-"""A drop-in for code written against fairscale: change the import line, keep the code.
+"""A drop-in for code written against fairscale: change the import prefix, keep the code.
 
 ::
 
     # from fairscale.nn.data_parallel import ShardedDataParallel, FullyShardedDataParallel
-    # from fairscale.optim import OSS
+    # from fairscale.optim.oss import OSS
     # from fairscale.optim.grad_scaler import ShardedGradScaler
     # from fairscale.nn.wrap import auto_wrap, enable_wrap, wrap
-    from shardcompat.fairscale import (ShardedDataParallel, FullyShardedDataParallel, OSS,
-                                       ShardedGradScaler, auto_wrap, enable_wrap, wrap)
+    from shardcompat.fairscale.nn.data_parallel import ShardedDataParallel, FullyShardedDataParallel
+    from shardcompat.fairscale.optim.oss import OSS
+    from shardcompat.fairscale.optim.grad_scaler import ShardedGradScaler
+    from shardcompat.fairscale.nn.wrap import auto_wrap, enable_wrap, wrap
 
-Each class is real fairscale where the capability probe says it works (with its torch-2
-traps fixed), else native torch with fairscale's signature; :func:`describe` says which
+The package mirrors fairscale's public module tree (``_tree.TREE``): each path serves the
+names fairscale offered there, the same object on every path (the flat names here too).  Each
+class is real fairscale where the capability probe says it works (with its torch-2 traps
+fixed), else native torch with fairscale's signature; :func:`describe` says which
 (``shardcompat explain --fairscale``), and the choice is logged at INFO on
-``shardcompat.fairscale``.  The classes are resolved on first access, so importing this
-package imports neither fairscale nor torch's distributed modules.  The helpers fairscale
-users import beside the classes are served too (``checkpoint_wrapper``, ``auto_wrap_bn``,
-``get_fsdp_instances``, ``TrainingState``...); asking for a fairscale name that is not served
-raises ``AttributeError`` saying why and what to use instead.
+``shardcompat.fairscale``.  Names are resolved on first access, so importing any of these
+modules imports neither fairscale nor torch's distributed modules.  A fairscale name or
+module the facade does not serve says why and what to use instead: as an ``ImportError`` on
+every import form, as an ``AttributeError`` on attribute access (``_unserved``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ._wrap import (
-    auto_wrap,
-    auto_wrap_bn,
-    config_auto_wrap_policy,
-    default_auto_wrap_policy,
-    enable_wrap,
-    get_fsdp_instances,
-    wrap,
-)
+from ._tree import attach, install
 
 if TYPE_CHECKING:
     from ._checkpoint import checkpoint_wrapper, is_checkpointing, is_recomputing
@@ -40,8 +35,17 @@ if TYPE_CHECKING:
     from ._oss import NativeOSS as OSS
     from ._scaler import NativeShardedGradScaler as ShardedGradScaler
     from ._sdp import NativeShardedDataParallel as ShardedDataParallel
+    from ._wrap import (
+        auto_wrap,
+        auto_wrap_bn,
+        config_auto_wrap_policy,
+        default_auto_wrap_policy,
+        enable_wrap,
+        get_fsdp_instances,
+        wrap,
+    )
 
-__all__ = [
+__all__ = [  # _tree.TREE[""].served and describe (a test checks they agree)
     "OSS",
     "FullyShardedDataParallel",
     "ShardedDataParallel",
@@ -60,6 +64,9 @@ __all__ = [
     "wrap",
 ]
 
+install()
+__getattr__, __dir__, _ = attach(__name__)
+
 
 def describe() -> list[str]:
     """Which implementation serves each class here, and why: the lines ``explain --fairscale`` prints."""
@@ -67,15 +74,3 @@ def describe() -> list[str]:
 
     return _describe()
 
-
-def __getattr__(name: str) -> Any:
-    from ._select import FAMILIES
-    from ._unserved import UNSERVED, refusal
-
-    if name in UNSERVED:
-        raise AttributeError(refusal(name))
-    if name not in FAMILIES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from ._classes import implementation
-
-    return implementation(name)

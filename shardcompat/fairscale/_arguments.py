@@ -77,7 +77,7 @@ ARGUMENTS: tuple[Argument, ...] = (
     _a(_OSS, "**default", None, (How.PASS, "the wrapped optimizer's keyword arguments"), shown="{}"),
     _a(_SDP, "sharded_optimizer", None, (How.MAP, "must be shardcompat.fairscale.OSS (one or a list)")),
     _a(_SDP, "process_group", None, (How.MAP, "DistributedDataParallel(process_group=)")),
-    _a(_SDP, "broadcast_buffers", True, (How.MAP, "DistributedDataParallel(broadcast_buffers=)")),
+    _a(_SDP, "broadcast_buffers", True, (How.MAP, "DistributedDataParallel(forward_sync_buffers=), broadcast_buffers= on a torch without it")),
     _a(_SDP, "sync_models_at_startup", True, (How.WARN, "DDP always broadcasts rank 0's model at startup")),
     _a(_SDP, "reduce_buffer_size", 2**23, (How.MAP, "bucket_cap_mb = elements * 4 bytes / 2**20"),
        (How.MAP, "kept; zero_grad is routed through ShardedDDP so bucket views survive torch 2 (fairscale #354)")),

@@ -5,7 +5,8 @@ keys): its ``forward`` runs under ``torch.utils.checkpoint`` (non-reentrant: key
 arguments and non-tensor outputs work), ``offload_to_cpu`` keeps the saved inputs on CPU
 (``torch.autograd.graph.save_on_cpu``), and batch-norm layers inside update their running
 statistics once per step, not again when the forward is recomputed in backward.
-:func:`is_checkpointing` and :func:`is_recomputing` say which of the two forwards is running.
+:func:`is_checkpointing` and :func:`is_recomputing` say which of the two forwards is running;
+within :func:`disable_checkpointing` wrapped modules run a plain forward (activations kept).
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.utils.checkpoint import checkpoint
 
-__all__ = ["checkpoint_wrapper", "is_checkpointing", "is_recomputing"]
+__all__ = ["checkpoint_wrapper", "disable_checkpointing", "is_checkpointing", "is_recomputing"]
 
 
 class _Phase(threading.local):
     checkpointing = False
     recomputing = False
+    disabled = False
 
 
 _phase = _Phase()
@@ -51,6 +53,12 @@ def _set(flag: str) -> Iterator[None]:
         yield
     finally:
         setattr(_phase, flag, before)
+
+
+def disable_checkpointing() -> contextlib.AbstractContextManager[None]:
+    """Within this context checkpointed modules keep their activations, as unwrapped ones do
+    (for a forward whose backward must not recompute, e.g. one run twice on the same graph)."""
+    return _set("disabled")
 
 
 def _contexts() -> tuple[contextlib.AbstractContextManager[None], contextlib.AbstractContextManager[None]]:
@@ -92,7 +100,7 @@ def checkpoint_wrapper(module: nn.Module, offload_to_cpu: bool = False) -> nn.Mo
 def _checkpointed_forward(forward: Callable[..., Any], ref: weakref.ref[nn.Module], offload_to_cpu: bool,
                           *args: Any, **kwargs: Any) -> Any:
     module = ref()
-    if not torch.is_grad_enabled():  # nothing to save, nothing to recompute
+    if not torch.is_grad_enabled() or _phase.disabled:  # nothing to save, or told not to
         return forward(module, *args, **kwargs)
     offload = (torch.autograd.graph.save_on_cpu(pin_memory=torch.cuda.is_available()) if offload_to_cpu
                else contextlib.nullcontext())

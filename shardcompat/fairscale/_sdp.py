@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ..backends._fairscale_common import accepts
 from ._arguments import NATIVE, check
 from ._oss import NativeOSS
 
@@ -57,6 +58,16 @@ def fairscale_sharded_data_parallel() -> type[nn.Module]:
     return ShardedDataParallel
 
 
+def _buffer_sync(broadcast_buffers: bool) -> dict[str, Any]:
+    """fairscale's ``broadcast_buffers`` (sync buffers before each forward) in the spelling this
+    torch takes: ``forward_sync_buffers`` where DDP has it (torch 2.13 deprecates
+    ``broadcast_buffers`` with a FutureWarning), which syncs buffers at startup too, as
+    fairscale's ``sync_models_at_startup`` does."""
+    if accepts(nn.parallel.DistributedDataParallel.__init__, "forward_sync_buffers"):
+        return {"forward_sync_buffers": broadcast_buffers}
+    return {"broadcast_buffers": broadcast_buffers}
+
+
 class NativeShardedDataParallel(nn.parallel.DistributedDataParallel):
     """``fairscale.nn.ShardedDataParallel(module, sharded_optimizer, ...)`` as DDP over ZeRO."""
 
@@ -86,8 +97,8 @@ class NativeShardedDataParallel(nn.parallel.DistributedDataParallel):
             module,
             device_ids=[device] if device.type == "cuda" else None,
             process_group=process_group,
-            broadcast_buffers=broadcast_buffers,
             bucket_cap_mb=reduce_buffer_size * _FP32_BYTES / 2**20,
+            **_buffer_sync(broadcast_buffers),
         )
         self.sharded_optimizers = optimizers
         self._reduce_fp16 = reduce_fp16

@@ -33,6 +33,7 @@ FAMILIES = {
     "checkpoint_wrapper": "fsdp",
     "is_checkpointing": "fsdp",
     "is_recomputing": "fsdp",
+    "disable_checkpointing": "fsdp",
     "ShardedGradScaler": "scaler",
 }
 _BACKEND = {"sdp": "fairscale-sdp", "fsdp": "fairscale-fsdp"}
@@ -101,5 +102,6 @@ def describe() -> list[str]:
         choice = choose(family)
         lines.append(f"{name}: {choice.impl} ({choice.reason})")
     lines.append("auto_wrap, enable_wrap, wrap, default_auto_wrap_policy, config_auto_wrap_policy, auto_wrap_bn, "
-                 "get_fsdp_instances: shardcompat (with the FullyShardedDataParallel above)")
+                 "get_fsdp_instances, ConfigAutoWrap: shardcompat (with the FullyShardedDataParallel above)")
+    lines.append("torch_version: shardcompat")
     return lines

@@ -1,73 +1,114 @@
-"""The fairscale names the facade does not serve, each with the reason and what to use instead.
+"""What the facade does not serve, each with the reason and what to use instead.
 
-One table, read three ways: ``shardcompat.fairscale.<name>`` raises ``AttributeError`` with
-the row's text; ``docs/fairscale-facade.md`` carries :func:`markdown_table`; and, with
-fairscale installed, a test checks that every public name of the fairscale modules users
-import from is either served or listed here.
+Two tables: fairscale names inside modules the facade mirrors (``AdaScale`` in
+``fairscale.optim``), and whole fairscale modules it does not mirror (``nn.model_parallel``).
+Where each name was importable from is not repeated here: :mod:`._tree` says it.  Asking for
+either gives the row's text: :class:`UnservedImport` (an ``ImportError``) on every import form,
+so ``try: from ... import X / except ImportError`` fallbacks keep working, and
+:class:`UnservedAttribute` (an ``AttributeError``) on attribute access, so ``hasattr`` and
+``getattr`` with a default stay false instead of raising.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["UNSERVED", "Unserved", "markdown_table", "refusal"]
+__all__ = ["UNSERVED", "UNSERVED_MODULES", "Row", "UnservedAttribute", "UnservedImport", "module_refusal", "refusal"]
 
 
-class Unserved(NamedTuple):
-    where: str  # the fairscale module(s) it is imported from
+class Row(NamedTuple):
     why: str
     instead: str
 
 
-UNSERVED: dict[str, Unserved] = {
-    "FlattenParamsWrapper": Unserved(
-        "fairscale.nn, fairscale.nn.misc", "FSDP's internal parameter flattener, not a training API",
-        "FullyShardedDataParallel(flatten_parameters=True) flattens; torch FSDP1's is internal too"),
-    "GradBucket": Unserved("fairscale.nn.misc", "an internal buffer of ShardedDataParallel",
-                           "nothing: DDP buckets gradients itself (reduce_buffer_size sets the size)"),
-    "ParamBucket": Unserved("fairscale.nn.misc", "an internal buffer of OSS",
-                            "nothing: ZeroRedundancyOptimizer broadcasts parameters itself"),
-    "no_pre_load_state_dict_hook": Unserved(
-        "fairscale.nn.data_parallel", "switches off fairscale FSDP's own load_state_dict key rewriting",
+class UnservedImport(ImportError):
+    """``from shardcompat.fairscale... import X`` / ``import shardcompat.fairscale.x`` of what is not served.
+
+    Raised by ``_tree``'s import finder: Python turns an ``AttributeError`` from a module
+    ``__getattr__`` into a bare "cannot import name", and one exception cannot be both (their
+    layouts conflict), so the import system is given its own.
+    """
+
+
+class UnservedAttribute(AttributeError):
+    """``shardcompat.fairscale.<module>.X`` of what is not served (the same text as :class:`UnservedImport`)."""
+
+
+UNSERVED: dict[str, Row] = {
+    "FlattenParamsWrapper": Row(
+        "fairscale FSDP's internal parameter flattener: wrapping a module with it alone only renames its "
+        "parameters (to flat_param_0) for a flattening that torch keeps inside FSDP, so no honest thin mapping "
+        "exists, and isinstance checks against it would never match a native FSDP's module",
+        "FullyShardedDataParallel(flatten_parameters=True) flattens; to reach the wrapped module use "
+        "FullyShardedDataParallel.module (fairscale: .module.module)"),
+    "GradBucket": Row("an internal buffer of ShardedDataParallel",
+                      "nothing: DDP buckets gradients itself (reduce_buffer_size sets the size)"),
+    "ParamBucket": Row("an internal buffer of OSS", "nothing: ZeroRedundancyOptimizer broadcasts parameters itself"),
+    "no_pre_load_state_dict_hook": Row(
+        "switches off fairscale FSDP's own load_state_dict key rewriting",
         "nothing on the native side: torch FSDP's state_dict()/load_state_dict() use the original keys"),
-    "GradScaler": Unserved(
-        "fairscale.optim, fairscale.optim.grad_scaler",
+    "OffloadConfig": Row("the SSD-offload setting of fairscale FSDP 0.4.3-0.4.10 (experimental, gone in 0.4.11)",
+                         "FullyShardedDataParallel(move_params_to_cpu=True) offloads to CPU; torch FSDP has no "
+                         "SSD offload"),
+    "GradScaler": Row(
         "torch.cuda.amp.GradScaler that also unscales fp16 gradients (pure fp16 parameters)",
         "torch.amp.GradScaler('cuda') with fp32 parameters (FSDP mixed_precision=True); ShardedGradScaler "
         "for sharded optimizers"),
-    "OptState": Unserved("fairscale.optim.grad_scaler", "GradScaler's internal stage enum",
-                         "torch.amp.grad_scaler.OptState"),
-    "AdaScale": Unserved("fairscale.optim", "an optimizer wrapper that adapts the learning rate to the "
-                         "gradient variance; torch has no equivalent", "keep importing it from fairscale"),
-    "AdaScaleWrapper": Unserved("fairscale.optim", "AdaScale for any optimizer (see AdaScale)",
-                                "see AdaScale"),
-    "MOELayer": Unserved("fairscale.nn", "mixture-of-experts layers, not data parallelism",
-                         "keep importing it from fairscale: it does not depend on the classes served here"),
-    "Top2Gate": Unserved("fairscale.nn", "the MOELayer gate (see MOELayer)", "see MOELayer"),
-    "Pipe": Unserved("fairscale.nn", "pipeline parallelism, not data parallelism",
-                     "torch.distributed.pipelining"),
-    "PipeRPCWrapper": Unserved("fairscale.nn", "RPC pipeline parallelism (see Pipe)",
-                               "torch.distributed.pipelining"),
-    "torch_version": Unserved("fairscale.internal, fairscale.optim.grad_scaler",
-                              "a version tuple helper, not an API",
-                              "packaging.version.Version(torch.__version__).release"),
-    "recursive_copy_to_device": Unserved("fairscale.internal.params", "an internal helper",
-                                         "torch.utils._pytree.tree_map(lambda t: t.to(device), value)"),
-    "get_process_group_cached": Unserved("fairscale.internal.parallel", "fairscale's cache of process groups",
-                                         "torch.distributed.new_group / new_subgroups, kept by the caller"),
-    "MEVO": Unserved("fairscale.experimental.nn", "an experimental memory-efficient vocabulary output layer",
-                     "keep importing it from fairscale, or a plain output layer and cross-entropy"),
+    "OptState": Row("GradScaler's internal stage enum", "torch.amp.grad_scaler.OptState"),
+    "AdaScale": Row("an optimizer wrapper that adapts the learning rate to the gradient variance; torch has no "
+                    "equivalent", "keep importing it from fairscale"),
+    "AdaScaleWrapper": Row("AdaScale for any optimizer (see AdaScale)", "see AdaScale"),
+    "Adam": Row("fairscale's fused CUDA Adam with fp16 master weights",
+                "torch.optim.Adam(fused=True) or torch.optim.AdamW, with fp32 parameters"),
+    "Precision": Row("the precision enum of fairscale's fused Adam (see Adam)", "see Adam"),
+    "MOELayer": Row("mixture-of-experts layers, not data parallelism",
+                    "keep importing it from fairscale: it does not depend on the classes served here"),
+    "Top2Gate": Row("the MOELayer gate (see MOELayer)", "see MOELayer"),
+    "Pipe": Row("pipeline parallelism, not data parallelism", "torch.distributed.pipelining"),
+    "PipeRPCWrapper": Row("RPC pipeline parallelism (see Pipe)", "torch.distributed.pipelining"),
+}
+
+_INTERNAL = Row("fairscale's internal helpers, not a training API",
+                "torch.utils._pytree / torch.distributed for what you used, or keep importing it from fairscale")
+
+UNSERVED_MODULES: dict[str, Row] = {
+    "nn.model_parallel": Row("Megatron-style tensor model parallelism, not data parallelism",
+                             "torch.distributed.tensor.parallel"),
+    "nn.pipe": UNSERVED["Pipe"],
+    "nn.moe": UNSERVED["MOELayer"],
+    "nn.data_parallel.fsdp_optim_utils": _INTERNAL,
+    "nn.checkpoint.checkpoint_utils": _INTERNAL,
+    "nn.misc.grad_bucket": Row("the internal buffer of ShardedDataParallel (0.3.2's GradBucket)",
+                               "nothing: torch's DDP manages its own buckets"),
+    "nn.misc.misc": _INTERNAL,  # patch_batchnorm, 0.3.1-0.3.6
+    "nn.misc.param_bucket": Row("the internal buffers of OSS and ShardedDataParallel (GradBucket, ParamBucket)",
+                                "nothing: torch's DDP and ZeroRedundancyOptimizer manage their own buffers"),
+    "optim.adam": UNSERVED["Adam"],
+    "optim.adascale": UNSERVED["AdaScale"],
+    "optim.layerwise_gradient_scaler": Row("an experimental per-layer gradient scaler",
+                                           "torch.amp.GradScaler, or keep importing it from fairscale"),
+    "optim.utils": _INTERNAL,
+    "experimental": Row("fairscale's experimental features (MEVO, OffloadModel, SlowMo DDP, SyncBatchNorm, "
+                        "wgit, the layer memory tracker)",
+                        "keep importing them from fairscale; torch.nn.SyncBatchNorm for SyncBatchNorm"),
+    "version": Row("fairscale's own version number (__version__, __version_tuple__)",
+                   "importlib.metadata.version('fairscale') when fairscale is installed; torch_version() for torch's"),
+    "fair_dev": Row("fairscale's own test helpers (dist_init, DummyProcessGroup...)",
+                    "torch.testing and a process group of your own (shardcompat.launch.spawn runs ranks)"),
+    **{f"{root}.{name}": _INTERNAL for root in ("utils", "internal")
+       for name in ("containers", "object", "parallel", "params", "reduce_scatter_bucketer", "state_dict")},
+    **{f"utils.{name}": Row("fairscale's own test helpers (dist_init, DummyProcessGroup...)",
+                            "torch.testing and a process group of your own (shardcompat.launch.spawn runs ranks)")
+       for name in ("testing", "testing_memory", "golden_testing_data")},
 }
 
 
-def refusal(name: str) -> str:
+def refusal(name: str, where: str) -> str:
     row = UNSERVED[name]
-    return (f"shardcompat.fairscale does not serve fairscale's {name} ({row.where}): {row.why}. "
+    return (f"shardcompat.fairscale does not serve fairscale's {name} ({where}): {row.why}. "
             f"Use instead: {row.instead}")
 
 
-def markdown_table() -> str:
-    """The table as Markdown, for ``docs/fairscale-facade.md``."""
-    rows = ["| fairscale name | imported from | why it is not served | use instead |", "|---|---|---|---|"]
-    rows += [f"| `{name}` | {row.where} | {row.why} | {row.instead} |" for name, row in UNSERVED.items()]
-    return "\n".join(rows)
+def module_refusal(path: str) -> str:
+    row = UNSERVED_MODULES[path]
+    return (f"shardcompat.fairscale does not mirror fairscale.{path}: {row.why}. Use instead: {row.instead}")

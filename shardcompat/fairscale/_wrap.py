@@ -2,7 +2,8 @@
 
 Written here rather than imported so that it works without fairscale (and on fairscale
 versions without ``fairscale.nn.wrap``).  As in fairscale: ``wrap`` and ``auto_wrap`` do
-nothing outside an ``enable_wrap`` context; inside, ``wrap`` builds
+nothing outside an ``enable_wrap`` context (its state lives on :class:`ConfigAutoWrap`, as in
+fairscale); inside, ``wrap`` builds
 ``wrapper_cls(module, **kwargs)`` with the context's kwargs, then ``module.wrapper_config``,
 then the call's overrides; ``auto_wrap`` walks the children bottom-up and wraps what the
 policy picks.  Unlike fairscale, ``wrapper_cls`` defaults to this package's
@@ -16,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch.distributed as dist
@@ -24,6 +24,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 __all__ = [
+    "ConfigAutoWrap",
     "auto_wrap",
     "auto_wrap_bn",
     "config_auto_wrap_policy",
@@ -64,65 +65,92 @@ def config_auto_wrap_policy(module: nn.Module, recurse: bool, unwrapped_params: 
     return recurse or hasattr(module, "wrapper_config")
 
 
-@dataclass
-class _Context:
-    wrapper_cls: Callable[..., nn.Module]
-    policy: Policy
-    kwargs: dict[str, Any] = field(default_factory=dict)
+class ConfigAutoWrap:
+    """The ``enable_wrap`` context, kept where fairscale keeps it: class attributes code reads
+    (``ConfigAutoWrap.in_autowrap_context``, ``.wrapper_cls``, ``.kwargs``...), the static
+    methods that set and clear them, and the instance as a context manager."""
 
+    in_autowrap_context: bool = False
+    move_module_cuda_half: bool = False  # always False here: enable_wrap refuses it
+    wrapper_cls: Callable[..., nn.Module] | None = None
+    kwargs: dict[str, Any] = {}  # noqa: RUF012 - fairscale's class-level state
+    auto_wrap_policy: Policy | None = None
 
-_active: list[_Context] = []
+    def __init__(self, auto_wrap_policy: Policy | None = None, **kwargs: Any) -> None:
+        self.auto_wrap_policy = auto_wrap_policy
+        self.kwargs = kwargs
+
+    @staticmethod
+    def enable_autowrap_context(auto_wrap_policy: Policy | None, kwargs: dict[str, Any]) -> None:
+        if ConfigAutoWrap.in_autowrap_context:
+            raise NotImplementedError("enable_wrap contexts cannot be nested (as in fairscale)")
+        kwargs = dict(kwargs)
+        wrapper_cls = kwargs.pop("wrapper_cls", None)
+        if kwargs.pop("move_module_cuda_half", False):
+            raise NotImplementedError("enable_wrap(move_module_cuda_half=True): call module.cuda().half() yourself")
+        if wrapper_cls is None:
+            from . import FullyShardedDataParallel as wrapper_cls
+        ConfigAutoWrap.in_autowrap_context = True
+        ConfigAutoWrap.wrapper_cls = wrapper_cls
+        ConfigAutoWrap.auto_wrap_policy = auto_wrap_policy or default_auto_wrap_policy
+        ConfigAutoWrap.kwargs = kwargs
+
+    @staticmethod
+    def disable_autowrap_context() -> None:
+        ConfigAutoWrap.in_autowrap_context = False
+        ConfigAutoWrap.wrapper_cls = None
+        ConfigAutoWrap.auto_wrap_policy = None
+        ConfigAutoWrap.kwargs = {}
+
+    def __enter__(self) -> None:
+        self.enable_autowrap_context(self.auto_wrap_policy, self.kwargs)
+
+    def __exit__(self, *exc: object) -> None:
+        self.disable_autowrap_context()
+
+    @staticmethod
+    def recursive_wrap(module: nn.Module, auto_wrap_policy: Policy | None, module_is_root: bool,
+                       **kwargs: Any) -> tuple[nn.Module, int]:
+        """Wrap ``module``'s children (bottom-up) that the policy picks, then the remainder;
+        returns the module and how many parameters ended up wrapped."""
+        policy = auto_wrap_policy or ConfigAutoWrap.auto_wrap_policy or default_auto_wrap_policy
+        wrapper = ConfigAutoWrap.wrapper_cls
+        if isinstance(wrapper, type) and any(isinstance(m, wrapper) for m in module.modules()):
+            raise ValueError(f"auto_wrap: {type(module).__name__} already contains a {wrapper.__name__}")
+        total = sum(p.numel() for p in module.parameters())
+        if not policy(module=module, recurse=True, unwrapped_params=total, module_is_root=module_is_root):
+            return module, 0
+        wrapped_params = 0
+        for name, child in module.named_children():
+            new_child, count = ConfigAutoWrap.recursive_wrap(child, policy, False, **kwargs)
+            setattr(module, name, new_child)
+            wrapped_params += count
+        if policy(module=module, recurse=False, unwrapped_params=total - wrapped_params, module_is_root=module_is_root):
+            return wrap(module, **kwargs), total
+        return module, wrapped_params
 
 
 @contextlib.contextmanager
 def enable_wrap(auto_wrap_policy: Policy | None = None, **wrapper_kwargs: Any) -> Iterator[None]:
     """Within this context ``wrap``/``auto_wrap`` wrap with ``wrapper_cls`` and these kwargs."""
-    if _active:
-        raise NotImplementedError("enable_wrap contexts cannot be nested (as in fairscale)")
-    wrapper_cls = wrapper_kwargs.pop("wrapper_cls", None)
-    if wrapper_kwargs.pop("move_module_cuda_half", False):
-        raise NotImplementedError("enable_wrap(move_module_cuda_half=True): call module.cuda().half() yourself")
-    if wrapper_cls is None:
-        from . import FullyShardedDataParallel as wrapper_cls
-    _active.append(_Context(wrapper_cls, auto_wrap_policy or default_auto_wrap_policy, wrapper_kwargs))
-    try:
+    with ConfigAutoWrap(auto_wrap_policy, **wrapper_kwargs):
         yield
-    finally:
-        _active.pop()
 
 
 def wrap(module: nn.Module, **wrap_overrides: Any) -> nn.Module:
     """``wrapper_cls(module, ...)`` inside ``enable_wrap``; ``module`` unchanged outside."""
-    if not _active:
+    if not ConfigAutoWrap.in_autowrap_context or ConfigAutoWrap.wrapper_cls is None:
         return module
-    context = _active[-1]
     config = getattr(module, "wrapper_config", {})
     assert isinstance(config, dict), "module.wrapper_config must be a dict"
-    return context.wrapper_cls(module, **{**context.kwargs, **config, **wrap_overrides})
+    return ConfigAutoWrap.wrapper_cls(module, **{**ConfigAutoWrap.kwargs, **config, **wrap_overrides})
 
 
 def auto_wrap(module: nn.Module, auto_wrap_policy: Policy | None = None, **kwargs: Any) -> nn.Module:
     """Wrap ``module``'s children (bottom-up) that the policy picks, and the remainder."""
-    if not _active:
+    if not ConfigAutoWrap.in_autowrap_context:
         return module
-    return _recursive_wrap(module, auto_wrap_policy or _active[-1].policy, True, kwargs)[0]
-
-
-def _recursive_wrap(module: nn.Module, policy: Policy, is_root: bool, kwargs: dict[str, Any]) -> tuple[nn.Module, int]:
-    wrapper = _active[-1].wrapper_cls
-    if isinstance(wrapper, type) and any(isinstance(m, wrapper) for m in module.modules()):
-        raise ValueError(f"auto_wrap: {type(module).__name__} already contains a {wrapper.__name__}")
-    total = sum(p.numel() for p in module.parameters())
-    if not policy(module=module, recurse=True, unwrapped_params=total, module_is_root=is_root):
-        return module, 0
-    wrapped_params = 0
-    for name, child in module.named_children():
-        new_child, count = _recursive_wrap(child, policy, False, kwargs)
-        setattr(module, name, new_child)
-        wrapped_params += count
-    if policy(module=module, recurse=False, unwrapped_params=total - wrapped_params, module_is_root=is_root):
-        return wrap(module, **kwargs), total
-    return module, wrapped_params
+    return ConfigAutoWrap.recursive_wrap(module, auto_wrap_policy, True, **kwargs)[0]
 
 
 def get_fsdp_instances(mod: nn.Module, skip_empty: bool = False) -> list[Any]:

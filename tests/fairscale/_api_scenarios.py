@@ -4,7 +4,9 @@ Each function holds one behaviour that fairscale's tests (v0.4.13: tests/optim/t
 tests/nn/data_parallel/test_sharded_ddp_*.py, test_fsdp_*.py, tests/nn/wrap/test_wrap.py)
 expect, written anew for CPU; it returns what the parent test asserts on.  Training results
 are compared against references built by hand (plain DDP, or gradients averaged by hand).
-The facade is imported inside the functions: the implementation is chosen in the worker.
+The facade is imported inside the functions (the implementation is chosen in the worker), from
+the paths fairscale's tests import from, prefix swapped (``shardcompat.fairscale.optim.oss``,
+``.nn.data_parallel``, ``.nn.wrap``, ``.nn.checkpoint``); ``_scenarios`` uses the flat names.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ def _native(obj: object) -> bool:
 
 
 def _oss_sdp(model: nn.Module, **sdp_kwargs: Any) -> tuple[Any, Any]:
-    from shardcompat.fairscale import OSS, ShardedDataParallel
+    from shardcompat.fairscale.nn.data_parallel import ShardedDataParallel
+    from shardcompat.fairscale.optim.oss import OSS
 
     optimizer = OSS(model.parameters(), optim=torch.optim.SGD, lr=0.05, momentum=0.9)
     return optimizer, ShardedDataParallel(model, optimizer, **sdp_kwargs)
@@ -64,7 +67,7 @@ def mixed_dtypes(rank: int) -> dict[str, Any]:
 
 
 def _ddp_oss(model: nn.Module, lr: float = 0.05) -> tuple[Any, Any]:
-    from shardcompat.fairscale import OSS
+    from shardcompat.fairscale.optim.oss import OSS
 
     return nn.parallel.DistributedDataParallel(model), OSS(model.parameters(), lr=lr, momentum=0.9)
 
@@ -80,7 +83,7 @@ def oss_reload(rank: int) -> dict[str, Any]:
     dist.broadcast_object_list(saved, src=1)
     checkpoint = copy.deepcopy(saved[0])  # as read back from a file: rank 1's holds its live tensors
     before = copy.deepcopy(checkpoint)
-    from shardcompat.fairscale import OSS
+    from shardcompat.fairscale.optim.oss import OSS
 
     fresh = OSS(twin.module.parameters(), lr=10.0, momentum=0.9)  # a new optimizer, junk lr
     fresh.load_state_dict(checkpoint)
@@ -99,7 +102,7 @@ def oss_reload(rank: int) -> dict[str, Any]:
 
 def oss_partition(rank: int) -> dict[str, Any]:
     """fairscale's size-balanced partition: every parameter stepped by exactly one rank."""
-    from shardcompat.fairscale import OSS
+    from shardcompat.fairscale.optim.oss import OSS
 
     params = [nn.Parameter(torch.rand(size, 1)) for size in [9, 7, 5, 3] * dist.get_world_size()]
     optimizer = OSS(params, lr=0.1)
@@ -208,7 +211,8 @@ def sync_buffers(rank: int) -> list[float]:
 def two_optimizers(rank: int, reduce_buffer_size: int) -> dict[str, Any]:
     """Two OSS over the two halves of the parameters, one ShardedDataParallel (fairscale's
     ``test_ddp_parity_two_optim`` on CPU), against DDP with two SGDs."""
-    from shardcompat.fairscale import OSS, ShardedDataParallel
+    from shardcompat.fairscale.nn.data_parallel import ShardedDataParallel
+    from shardcompat.fairscale.optim.oss import OSS
 
     runs = {}
     for name in ("ddp", "facade"):
@@ -242,7 +246,7 @@ class Nested(nn.Module):
     """A root layer, an inner FSDP unit with batch norm, a layer whose rows split unevenly."""
 
     def __init__(self, flatten: bool, wrap: bool = True) -> None:
-        from shardcompat.fairscale import FullyShardedDataParallel
+        from shardcompat.fairscale.nn.data_parallel import FullyShardedDataParallel
 
         super().__init__()
         torch.manual_seed(0)
@@ -255,7 +259,7 @@ class Nested(nn.Module):
 
 
 def _fsdp_nested(flatten: bool) -> tuple[Any, torch.optim.Optimizer]:
-    from shardcompat.fairscale import FullyShardedDataParallel
+    from shardcompat.fairscale.nn.data_parallel import FullyShardedDataParallel
 
     model = FullyShardedDataParallel(module=Nested(flatten), flatten_parameters=flatten)
     return model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
@@ -264,7 +268,7 @@ def _fsdp_nested(flatten: bool) -> tuple[Any, torch.optim.Optimizer]:
 def local_checkpoint(rank: int, flatten: bool) -> dict[str, Any]:
     """fairscale's sharded checkpoints: ``local_state_dict`` + ``local_metadata_dict`` per rank,
     ``consolidate_shard_weights`` offline, ``load_local_state_dict`` back."""
-    from shardcompat.fairscale import FullyShardedDataParallel
+    from shardcompat.fairscale.nn.data_parallel import FullyShardedDataParallel
 
     model, optimizer = _fsdp_nested(flatten)
     _train(model, optimizer, rank, range(2))
@@ -292,7 +296,7 @@ def local_checkpoint(rank: int, flatten: bool) -> dict[str, Any]:
 
 
 def keyword_module(rank: int) -> dict[str, Any]:
-    from shardcompat.fairscale import FullyShardedDataParallel
+    from shardcompat.fairscale.nn.data_parallel import FullyShardedDataParallel
 
     class Local(FullyShardedDataParallel):  # type: ignore[misc, valid-type]
         """``state_dict`` is ``local_state_dict`` here, which must not recurse (fairscale's test)."""
@@ -309,7 +313,7 @@ def keyword_module(rank: int) -> dict[str, Any]:
 def divide_factors(rank: int) -> dict[str, Any]:
     """``set_gradient_divide_factors(1, 1)`` sums the gradients instead of averaging them;
     ``gradient_predivide_factor=2`` on 2 ranks averages them in another order."""
-    from shardcompat.fairscale import FullyShardedDataParallel
+    from shardcompat.fairscale.nn.data_parallel import FullyShardedDataParallel
 
     deltas, factors = {}, {}
     for name, kwargs in (("default", {}), ("summed", {}), ("predivided", {"gradient_predivide_factor": 2.0})):
@@ -328,7 +332,11 @@ def divide_factors(rank: int) -> dict[str, Any]:
 
 def fsdp_surface(rank: int) -> dict[str, Any]:
     """Training states, attributes and the refusals fairscale code meets."""
-    from shardcompat.fairscale import FullyShardedDataParallel, TrainingState, get_fsdp_instances
+    from shardcompat.fairscale.nn.data_parallel import (
+        FullyShardedDataParallel,
+        TrainingState,
+        get_fsdp_instances,
+    )
 
     inner = FullyShardedDataParallel(nn.Linear(DIM, DIM))
     model = FullyShardedDataParallel(nn.Sequential(inner, nn.GELU()))  # the root shards no parameter
@@ -359,13 +367,8 @@ def fsdp_surface(rank: int) -> dict[str, Any]:
 
 def wrap_overrides(rank: int) -> dict[str, Any]:
     """``enable_wrap`` defaults, a ``wrap`` override, ``config_auto_wrap_policy`` (fairscale's test_wrap)."""
-    from shardcompat.fairscale import (
-        FullyShardedDataParallel,
-        auto_wrap,
-        config_auto_wrap_policy,
-        enable_wrap,
-        wrap,
-    )
+    from shardcompat.fairscale.nn.data_parallel import FullyShardedDataParallel
+    from shardcompat.fairscale.nn.wrap import auto_wrap, config_auto_wrap_policy, enable_wrap, wrap
 
     with enable_wrap(wrapper_cls=FullyShardedDataParallel, flatten_parameters=False):
         default = wrap(nn.Linear(5, 5))
@@ -382,7 +385,8 @@ def wrap_overrides(rank: int) -> dict[str, Any]:
 
 def checkpointed_fsdp(rank: int) -> dict[str, Any]:
     """FSDP over ``checkpoint_wrapper``-ed blocks, fairscale's recommended recipe."""
-    from shardcompat.fairscale import FullyShardedDataParallel, checkpoint_wrapper
+    from shardcompat.fairscale.nn.checkpoint import checkpoint_wrapper
+    from shardcompat.fairscale.nn.data_parallel import FullyShardedDataParallel
 
     base = build_model("blocks")
     for index, block in enumerate(base.blocks):
@@ -405,7 +409,7 @@ class Normed(nn.Module):
 
 def batch_norm_units(rank: int) -> dict[str, Any]:
     """``auto_wrap_bn`` puts each batch norm in its own fp32, unflattened unit; trains as DDP."""
-    from shardcompat.fairscale import FullyShardedDataParallel, auto_wrap_bn
+    from shardcompat.fairscale.nn.data_parallel import FullyShardedDataParallel, auto_wrap_bn
 
     runs: dict[str, Any] = {}
     for name in ("ddp", "facade"):

@@ -2,8 +2,8 @@
 
 ``checkpoint_wrapper`` against the same module unwrapped, fairscale's offline
 ``consolidate_shard_weights`` on hand-written shards, the refusals of what is not served, and,
-with fairscale installed, that every public name of the fairscale modules users import from is
-either served or listed, and that the native classes keep fairscale's signatures.
+with fairscale installed, that the native classes keep fairscale's signatures (the module tree
+itself is ``test_tree``'s).
 """
 
 from __future__ import annotations
@@ -11,8 +11,6 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import inspect
-import types
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,8 +21,8 @@ import shardcompat.fairscale as facade
 from shardcompat.backends._fairscale_common import import_fairscale
 from shardcompat.fairscale import _fsdp, _oss, _scaler, _sdp, _unserved
 
-FAIRSCALE_MODULES = ["fairscale.nn", "fairscale.nn.data_parallel", "fairscale.optim", "fairscale.optim.grad_scaler",
-                     "fairscale.nn.misc", "fairscale.nn.checkpoint", "fairscale.nn.wrap"]
+# What the signature checks compare against (releases before 0.3.7, without nn.checkpoint, skip).
+FAIRSCALE_MODULES = ["fairscale.nn.data_parallel", "fairscale.optim.grad_scaler", "fairscale.nn.checkpoint"]
 
 
 class Probe(nn.Module):
@@ -63,6 +61,10 @@ def _step(block: nn.Module) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
 def test_checkpoint_wrapper_is_the_same_computation(offload_to_cpu: bool) -> None:
     """fairscale's test_checkpoint_activations: same outputs, gradients and batch-norm statistics
     (updated once, not again when recomputed), the module kept in place."""
+    try:
+        facade.is_checkpointing  # noqa: B018
+    except AttributeError as error:  # a fairscale before 0.3.7 serves checkpoint_wrapper here, without it
+        pytest.skip(str(error))
     plain, block = Block(), Block()
     wrapped = facade.checkpoint_wrapper(block, offload_to_cpu=offload_to_cpu)
     assert wrapped is block and type(wrapped) is Block and wrapped.state_dict().keys() == plain.state_dict().keys()
@@ -120,11 +122,6 @@ def test_unserved_names_say_why_and_what_instead() -> None:
         facade.nonsense  # noqa: B018
 
 
-def test_docs_list_every_unserved_name() -> None:
-    text = (Path(__file__).parents[2] / "docs" / "fairscale-facade.md").read_text()
-    assert _unserved.markdown_table() in text, "regenerate the table in docs/fairscale-facade.md"
-
-
 def test_auto_wrap_bn_tags_batch_norm_layers() -> None:
     model = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Sequential(nn.BatchNorm1d(4)))
     config = {"flatten_parameters": True}
@@ -141,21 +138,6 @@ def _fairscale() -> dict[str, Any]:
     if not found:
         pytest.skip(why)
     return found
-
-
-@pytest.mark.fairscale
-def test_every_fairscale_name_is_served_or_listed() -> None:
-    """16 of fairscale's FSDP test files import names beside the classes; each must resolve."""
-    unknown = []
-    for module in _fairscale().values():
-        for name, value in vars(module).items():
-            if name.startswith("_") or isinstance(value, types.ModuleType):
-                continue
-            if not getattr(value, "__module__", "").startswith("fairscale"):
-                continue  # typing names, torch re-exports
-            if name not in _unserved.UNSERVED and not hasattr(facade, name):
-                unknown.append(f"{module.__name__}.{name}")
-    assert not unknown, f"neither served by shardcompat.fairscale nor listed in _unserved: {unknown}"
 
 
 @pytest.mark.fairscale

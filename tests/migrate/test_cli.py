@@ -177,7 +177,7 @@ def test_startup_stays_light() -> None:
      "args = TrainingArguments(sharded_ddp=\"simple\")\ncmd = 'python t.py --sharded_ddp simple'\n"),
     ("fairscale.commands.FairscaleImportsCommand",
      "from fairscale.optim.oss import OSS\nopt = OSS\n",
-     "from shardcompat.fairscale import OSS\nopt = OSS\n"),
+     "from shardcompat.fairscale.optim.oss import OSS\nopt = OSS\n"),
 ])
 def test_libcst_runner(tmp_path: Path, command: str, before: str, after: str) -> None:
     """The commands docs/migration.md gives for libcst's own runner (``.libcst.codemod.yaml``)."""

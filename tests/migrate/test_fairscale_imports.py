@@ -1,5 +1,6 @@
-"""``--fairscale-imports``: its own evidence, module bindings, unserved names, and the served
-names read from the facade itself."""
+"""``--fairscale-imports``: a prefix swap (``fairscale.`` -> ``shardcompat.fairscale.``) for what
+the facade serves at each path, read from the facade's own table; its own evidence, module
+bindings, unserved names reported with the facade's reason, and rewritten imports that import."""
 
 from __future__ import annotations
 
@@ -15,28 +16,60 @@ from codemods.run.context import Settings
 FAIRSCALE = Settings(fairscale_imports=True, legacy=False)
 
 
-def test_served_names_are_the_facades_own() -> None:
-    import shardcompat.fairscale
+def test_what_may_move_is_the_facades_own_table() -> None:
+    from shardcompat.fairscale import _tree
 
-    assert pyscan.facade_names() == frozenset(shardcompat.fairscale.__all__)
+    for dotted in ("fairscale.optim.oss.OSS", "fairscale.nn.model_parallel", "fairscale.optim.AdaScale",
+                   "fairscale.nn.nothing"):
+        assert pyscan.facade_resolve(dotted) == tuple(_tree.resolve(dotted))
 
 
 def test_a_name_the_facade_starts_serving_moves(monkeypatch: pytest.MonkeyPatch) -> None:
+    from shardcompat.fairscale import _tree
+
     source = "from fairscale.nn.misc import not_yet_served\n"
     result = migrate_source(source, FAIRSCALE)
     assert result.code == source and [w.rule for w in result.warnings] == ["fairscale-unsupported"]
-    assert "not_yet_served is not served by shardcompat.fairscale" in result.warnings[0].message
-    served = pyscan.facade_names() | {"not_yet_served"}
-    monkeypatch.setattr(pyscan, "facade_names", lambda: served)
+    assert "fairscale.nn.misc.not_yet_served is not served by shardcompat.fairscale" in result.warnings[0].message
+    row = _tree.TREE["nn.misc"]
+    monkeypatch.setitem(_tree.TREE, "nn.misc", row._replace(served=(*row.served, "not_yet_served")))
     result = migrate_source(source, FAIRSCALE)
-    assert result.code == "from shardcompat.fairscale import not_yet_served\n" and not result.warnings
+    assert result.code == "from shardcompat.fairscale.nn.misc import not_yet_served\n" and not result.warnings
+
+
+def test_an_unserved_name_is_reported_with_the_facades_reason() -> None:
+    source = "from fairscale.optim import OSS as O, AdaScale\n"
+    result = migrate_source(source, FAIRSCALE)
+    assert result.code == "from shardcompat.fairscale.optim import OSS as O\nfrom fairscale.optim import AdaScale\n"
+    (warning,) = result.warnings
+    assert "adapts the learning rate" in warning.message and "keep importing it from fairscale" in warning.message
+
+
+def test_rewritten_fixtures_import_for_real() -> None:
+    """Every import the rule wrote into a fixture's ``after`` runs (fairscale need not be
+    installed): the prefix swap only moves what the facade serves at that path."""
+    import ast
+    import subprocess
+    import sys
+
+    from .fixtures import ROOT
+
+    statements = []
+    for after in sorted(ROOT.glob("*fairscale*/after.py")):
+        for node in ast.walk(ast.parse(after.read_text())):
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and "shardcompat.fairscale" in ast.unparse(node):
+                statements.append(ast.unparse(node))
+    assert len(statements) >= 20
+    script = "\n".join(statements) + "\nprint('imported', len(dir()))\n"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_module_alias_with_many_uses() -> None:
     uses = "".join(f"    opt{i} = optim.OSS(params, lr=0.{i + 1})\n" for i in range(27))
     source = f"import fairscale.optim as optim\n\n\ndef test(params):\n{uses}"
     result = migrate_source(source, FAIRSCALE)
-    assert result.code == source.replace("import fairscale.optim as optim", "import shardcompat.fairscale as optim")
+    assert result.code == source.replace("import fairscale.optim as optim", "import shardcompat.fairscale.optim as optim")
     assert [e.rule for e in result.edits] == ["fairscale-import"] and not result.warnings
 
 
@@ -58,8 +91,8 @@ def test_fairscale_imports_are_their_own_evidence(tmp_path: Path) -> None:
     (root / "test_oss.py").write_text("import fairscale.optim as optim\n\n\ndef test(p):\n    return optim.OSS(p)\n")
     (root / "test_both.py").write_text("from fairscale.optim import OSS\ncmd = 'python t.py --sharded_ddp'\n")
     assert main([str(root), "--write", "--fairscale-imports"]) == 0
-    assert (root / "test_oss.py").read_text().startswith("import shardcompat.fairscale as optim\n")
-    assert (root / "test_both.py").read_text() == ("from shardcompat.fairscale import OSS\n"
+    assert (root / "test_oss.py").read_text().startswith("import shardcompat.fairscale.optim as optim\n")
+    assert (root / "test_both.py").read_text() == ("from shardcompat.fairscale.optim import OSS\n"
                                                    "cmd = 'python t.py --sharded_ddp'\n")
     assert main([str(root), "--check", "--fairscale-imports"]) == 1, "the held --sharded_ddp is still there"
     assert main([str(root), "--check", "--fairscale-imports", "--no-legacy"]) == 0

@@ -79,10 +79,10 @@ def test_fsdp_target_and_fairscale_imports(tmp_path: Path) -> None:
     original = (root / "t.py").read_text()
     assert main([str(root), "--write", "--to", "fsdp", "--fairscale-imports"]) == 0
     assert (root / "t.py").read_text() == (
-        "from shardcompat.fairscale import OSS\n"
+        "from shardcompat.fairscale.optim import OSS\n"
         'args = TrainingArguments(fsdp=True, fsdp_config={"version": 2, "reshard_after_forward": True, '
         '"auto_wrap_policy": "NO_WRAP"})\n')
     (root / "t.py").write_text(original)
     assert main([str(root), "--write", "--to", "fsdp", "--transformers", "4.40", "--fairscale-imports"]) == 0
-    assert (root / "t.py").read_text() == ("from shardcompat.fairscale import OSS\n"
+    assert (root / "t.py").read_text() == ("from shardcompat.fairscale.optim import OSS\n"
                                           "args = TrainingArguments(fsdp='full_shard')\n")

@@ -1,16 +1,21 @@
-"""fairscale imports to the ``shardcompat.fairscale`` facade (opt-in).
+"""fairscale imports to the ``shardcompat.fairscale`` facade (opt-in): a prefix swap.
 
-- ``from fairscale.optim import OSS`` becomes ``from shardcompat.fairscale import OSS`` with the
-  same names and aliases; names the facade does not serve stay on the original import (the
-  import is split) and are reported;
+The facade mirrors fairscale's module tree, so ``fairscale.`` becomes ``shardcompat.fairscale.``
+and nothing else changes, for what the facade serves at that path:
+
+- ``from fairscale.optim.oss import OSS as O`` becomes ``from shardcompat.fairscale.optim.oss
+  import OSS as O``; names the facade does not serve there stay on the original import (the
+  import is split) and are reported with the facade's reason; an import from a module the
+  facade does not mirror (``fairscale.nn.model_parallel``) stays and is reported;
 - a module bound to a name (``import fairscale.optim as optim``, ``from fairscale.nn import
-  data_parallel``) becomes the facade under the same name when every use of it is a served
-  name (``optim.OSS(...)``); otherwise the uses that stop it are reported;
-- ``import fairscale`` used through full paths (``fairscale.optim.OSS``) becomes ``import
-  shardcompat.fairscale`` and ``shardcompat.fairscale.OSS``, on the same condition.
+  data_parallel``) keeps its form and name (``import shardcompat.fairscale.optim as optim``)
+  when every use of it is a served name (``optim.OSS(...)``); otherwise the uses that stop it
+  are reported;
+- ``import fairscale[.x]`` used through full paths (``fairscale.optim.OSS``) becomes ``import
+  shardcompat.fairscale[.x]`` and ``shardcompat.fairscale.optim.OSS``, on the same condition.
 
-The served names are the facade's own ``__all__`` (:func:`codemods.formats.pyscan.facade_names`), and
-the whole-file analysis is :mod:`codemods.formats.pyscan`'s; this rule applies it.
+What is served where is the facade's own table (:func:`codemods.formats.pyscan.facade_resolve`),
+and the whole-file analysis is :mod:`codemods.formats.pyscan`'s; this rule applies it.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import libcst as cst
 from ...formats import pyscan
 from ...formats.pyscan import FACADE, AliasPlan, Facts
 from ...run.report import Edit, Finding
-from ..base import Records, Rule, quote
+from ..base import Rule, quote
 
 __all__ = ["FACADE", "RULE", "UNSERVED", "FairscaleImports", "alias_findings"]
 
@@ -47,6 +52,21 @@ def _is_fairscale(module: str | None) -> bool:
     return module is not None and (module == "fairscale" or module.startswith("fairscale."))
 
 
+def _facade(module: str) -> cst.Attribute:
+    """``fairscale.x.y`` -> the expression ``shardcompat.fairscale.x.y``."""
+    node = cst.parse_expression(f"shardcompat.{module}")
+    assert isinstance(node, cst.Attribute)
+    return node
+
+
+def _why(dotted: str, module: bool = False) -> str:
+    """Why the facade does not take ``dotted``, for a report."""
+    kind, reason = pyscan.facade_resolve(dotted, module=module)
+    if kind == "unserved":
+        return reason
+    return f"{dotted} is not served by {FACADE}"
+
+
 def alias_findings(facts: Facts) -> list[Finding]:
     """One warning for each fairscale binding that stays on fairscale, at its import, with the
     uses that keep it there."""
@@ -55,10 +75,9 @@ def alias_findings(facts: Facts) -> list[Finding]:
         bound = f"{plan.local} ({plan.module})"
         if plan.rewrite:
             continue
-        if plan.via_from and all(dotted == plan.local for _, dotted in plan.blockers):
-            parent, name = plan.module.rsplit(".", 1)
-            found.append(Finding(plan.line, UNSERVED, f"{name} is not served by {FACADE}; left on "
-                                 f"'from {parent} import'", _HINT))
+        kind, reason = pyscan.facade_resolve(plan.module, module=True)
+        if kind == "unserved":
+            found.append(Finding(plan.line, UNSERVED, f"{bound}: {reason}; the import stays on fairscale", _HINT))
             continue
         if not plan.blockers:  # bound but never used: an availability check, perhaps
             found.append(Finding(plan.line, UNSERVED, f"{bound}: nothing here uses it through a name "
@@ -83,10 +102,6 @@ class FairscaleImports(Rule):
 
     DESCRIPTION = "Rewrite fairscale imports to the shardcompat.fairscale facade."
 
-    def __init__(self, records: Records, module: cst.Module) -> None:
-        super().__init__(records, module)
-        self.served = pyscan.facade_names()
-
     @property
     def aliases(self) -> dict[str, AliasPlan]:
         return self.facts.aliases
@@ -109,8 +124,9 @@ class FairscaleImports(Rule):
             module = _dotted(alias.name)
             local = alias.evaluated_alias or (module or "").split(".", 1)[0]
             plan = self.aliases.get(local)
-            if _is_fairscale(module) and plan is not None and plan.rewrite:
-                names[index] = alias.with_changes(name=cst.parse_expression(FACADE))
+            if _is_fairscale(module) and plan is not None and plan.rewrite \
+                    and pyscan.facade_resolve(module or "", module=True)[0] == "module":
+                names[index] = alias.with_changes(name=_facade(module or ""))
                 changed = True
         if not changed:
             return updated_node
@@ -127,13 +143,13 @@ class FairscaleImports(Rule):
         if plan is None or not plan.rewrite or not plan.chains:
             return updated_node
         dotted = _dotted(original_node)
-        name = plan.chains.get(dotted or "")
-        if name is None:
+        target = plan.chains.get(dotted or "")
+        if target is None:
             return updated_node
         line = self.line(original_node)
         if self._skipped(line):
             return updated_node
-        new = cst.parse_expression(f"{FACADE}.{name}")
+        new = cst.parse_expression(target)
         assert isinstance(new, cst.Attribute)
         new = new.with_changes(lpar=updated_node.lpar, rpar=updated_node.rpar)
         self._record(line, "fairscale-use", original_node, new)
@@ -155,34 +171,30 @@ class FairscaleImports(Rule):
         if isinstance(node.names, cst.ImportStar):
             self._warn(line, f"from {module} import *: the facade names cannot be told apart; left as is")
             return updated_node
-        moved, modules, kept = [], [], []
+        assert module is not None
+        if pyscan.facade_resolve(module, module=True)[0] != "module":
+            self._warn(line, f"{_why(module, module=True)}; left on 'from {module} import'")
+            return updated_node
+        moved, kept = [], []
         for alias in node.names:
             name = _dotted(alias.name) or ""
+            kind = pyscan.facade_resolve(f"{module}.{name}")[0]
             plan = self.aliases.get(alias.evaluated_alias or name)
-            if name in self.served:
+            if kind == "served" or (kind == "module" and plan is not None and plan.rewrite):
                 moved.append(alias)
-            elif plan is not None and plan.rewrite:
-                modules.append(alias)
-            else:
-                kept.append(alias)
-                if plan is None:  # a module binding left on fairscale is reported with its uses
-                    self._warn(line, f"{name} is not served by {FACADE}; left on 'from {module} import'")
-        if not moved and not modules:
+                continue
+            kept.append(alias)
+            if kind != "module":  # a module binding left on fairscale is reported with its uses
+                self._warn(line, f"{_why(f'{module}.{name}')}; left on 'from {module} import'")
+        if not moved:
             return updated_node
-        lines: list[cst.SimpleStatementLine] = []
-        if moved:
-            facade = cst.parse_expression(FACADE)
-            assert isinstance(facade, (cst.Attribute, cst.Name))
-            lines.append(updated_node.with_changes(body=[node.with_changes(module=facade, names=_tidy(moved, node))]))
-        for alias in modules:  # from fairscale.nn import data_parallel as dp -> the facade as dp
-            local = alias.evaluated_alias or _dotted(alias.name) or ""
-            statement = cst.parse_statement(f"from shardcompat import fairscale as {local}\n")
-            assert isinstance(statement, cst.SimpleStatementLine)
-            lines.append(statement if lines else statement.with_changes(leading_lines=updated_node.leading_lines))
-        self._record(line, RULE, original_node, "; ".join(quote(self.module, s) for s in lines))
-        if kept:
-            lines.append(cst.SimpleStatementLine(body=[node.with_changes(names=_tidy(kept, node))]))
-        return lines[0] if len(lines) == 1 else cst.FlattenSentinel(lines)
+        moved_import = node.with_changes(module=_facade(module), names=_tidy(moved, node))
+        new = updated_node.with_changes(body=[moved_import])
+        # the statement, not its line: a trailing comment is the line's, on both parse paths
+        self._record(line, RULE, original_node.body[0], moved_import)
+        if not kept:
+            return new
+        return cst.FlattenSentinel([new, cst.SimpleStatementLine(body=[node.with_changes(names=_tidy(kept, node))])])
 
 
 def _tidy(aliases: list[cst.ImportAlias], node: cst.ImportFrom) -> list[cst.ImportAlias]:

@@ -1,0 +1,16 @@
+"""``fairscale.nn.checkpoint.checkpoint_activations`` mirrored: checkpoint_wrapper and its state.
+
+What it serves and refuses is its row of ``shardcompat.fairscale._tree.TREE``.
+"""
+
+from typing import TYPE_CHECKING
+
+from shardcompat.fairscale._tree import attach
+
+if TYPE_CHECKING:  # the objects __getattr__ resolves, for type checkers
+    from shardcompat.fairscale import checkpoint_wrapper as checkpoint_wrapper
+    from shardcompat.fairscale import is_checkpointing as is_checkpointing
+    from shardcompat.fairscale import is_recomputing as is_recomputing
+    from shardcompat.fairscale._checkpoint import disable_checkpointing as disable_checkpointing
+
+__getattr__, __dir__, __all__ = attach(__name__)

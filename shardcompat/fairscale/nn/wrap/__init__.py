@@ -1,0 +1,17 @@
+"""``fairscale.nn.wrap`` mirrored: enable_wrap, wrap, auto_wrap and the policies.
+
+What it serves and refuses is its row of ``shardcompat.fairscale._tree.TREE``.
+"""
+
+from typing import TYPE_CHECKING
+
+from shardcompat.fairscale._tree import attach
+
+if TYPE_CHECKING:  # the objects __getattr__ resolves, for type checkers
+    from shardcompat.fairscale import auto_wrap as auto_wrap
+    from shardcompat.fairscale import config_auto_wrap_policy as config_auto_wrap_policy
+    from shardcompat.fairscale import default_auto_wrap_policy as default_auto_wrap_policy
+    from shardcompat.fairscale import enable_wrap as enable_wrap
+    from shardcompat.fairscale import wrap as wrap
+
+__getattr__, __dir__, __all__ = attach(__name__)
