@@ -255,6 +255,7 @@ def recover(path: str | os.PathLike[str]) -> None:
             _roll_forward(target, journal)
     for leftover in target.glob(f"{_STAGING}*"):
         shutil.rmtree(leftover, ignore_errors=True)
+    (target / f"{JOURNAL}.partial").unlink(missing_ok=True)  # killed before the commit point
 
 
 @contextlib.contextmanager
