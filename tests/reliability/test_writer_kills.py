@@ -13,5 +13,6 @@ from tests.test_atomic import kill_sweep
 pytestmark = pytest.mark.reliability
 
 
+@pytest.mark.timeout(900)
 def test_a_kill_at_every_line_of_a_write_leaves_old_or_new(tmp_path: Path) -> None:
     assert len(kill_sweep(tmp_path, every=1)) > 200
