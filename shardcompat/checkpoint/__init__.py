@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .._atomic import MANIFEST, atomic_directory, check_target
+from .._atomic import MANIFEST, atomic_directory, check_target, recover
 from . import _sharded
 from ._common import (
     FORMAT,
@@ -108,7 +108,7 @@ def save_checkpoint(
         _sharded.save(prepared, target, trainer)
         return target
     group = prepared.placement.process_group
-    rank0_decides(lambda: refuse_foreign(lambda: check_target(target, FORMAT)), group)  # before gathering
+    rank0_decides(lambda: refuse_foreign(lambda: _writable(target)), group)  # before gathering
     model = prepared.full_state_dict(rank0_only=True)
     optim = prepared.optimizer_state_dict(rank0_only=True)
     rngs = gather(rng_state(), group)
@@ -125,6 +125,12 @@ def save_checkpoint(
 
     rank0_decides(lambda: refuse_foreign(write), group)
     return target
+
+
+def _writable(target: Path) -> None:
+    """Finish or drop what a killed save left, then refuse a target holding foreign files."""
+    recover(target)
+    check_target(target, FORMAT)
 
 
 def load_checkpoint(

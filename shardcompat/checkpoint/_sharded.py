@@ -220,6 +220,7 @@ def _read(path: Path, *keys: str) -> dict[str, Any]:
 def consolidate(src: Path, dst: Path) -> Path:
     """Write the full-format checkpoint ``dst`` from the sharded checkpoint ``src``."""
     _refuse_overlap(src, dst)
+    recover(dst)
     refuse_foreign(lambda: check_target(dst, FORMAT))
     manifest = open_checkpoint(src)
     if manifest["kind"] != "sharded":

@@ -20,3 +20,4 @@ def test_saves_killed_at_many_points_leave_old_or_new(tmp_path: Path, fmt: str) 
     results = sweep(tmp_path, fmt, {"count": 40}, timeout=1400)
     steps = check_all(tmp_path, results)
     assert len(steps) >= 40
+    assert "again" in results, "no kill fell between the commit point and its end"
