@@ -54,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--diff", dest="mode", action="store_const", const="diff",
                       help="print a unified diff (the default)")
     mode.add_argument("--write", dest="mode", action="store_const", const="write",
-                      help="apply the changes in place (atomic writes)")
+                      help="apply the changes in place (atomic writes; read-only files and links out "
+                      "of the tree are reported and left alone)")
     parser.set_defaults(mode="diff")
     parser.add_argument("--to", choices=("list", "fsdp"), default="list",
                         help="target: the list syntax (default) or Transformers' FSDP arguments")
@@ -71,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--jobs", "-j", type=int, default=0, metavar="N",
                         help="at most N worker processes (default: CPU count; 1: no pool); a pool "
                         "is used only when there are enough files to parse")
+    parser.add_argument("--follow-links", action="store_true",
+                        help="with --write, rewrite the file a symbolic link points to even when it is "
+                        "not among the files migrated (outside the paths given); the link stays a link")
     parser.add_argument("--exclude", action="append", default=[], metavar="GLOB",
                         help="skip paths matching GLOB (repeatable)")
     parser.add_argument("--json", action="store_true", help="print a machine-readable report on stdout")
@@ -203,16 +207,29 @@ def run(args: argparse.Namespace) -> RunReport:
             report.files.append(result)
     progress.close()
     if args.mode == "write":
-        from .run.write import atomic_write
-
-        paths = {job.display: job.path for job in jobs}
-        for result in report.changed:
-            assert result.new_data is not None
-            try:
-                atomic_write(paths[result.path], result.new_data)
-            except OSError as error:
-                result.error = f"cannot write: {error.strerror or error}"
+        _apply(report, {job.display: job.path for job in jobs}, args.follow_links)
     return report
+
+
+def _apply(report: RunReport, paths: dict[str, str], follow_links: bool) -> None:
+    """Write every changed file that may be written (see :mod:`codemods.run.write`)."""
+    from .run.write import atomic_write, where_to_write
+
+    changed = report.changed
+    migrated = {os.path.realpath(paths[r.path]) for r in changed if not os.path.islink(paths[r.path])}
+    for result in changed:
+        assert result.new_data is not None
+        try:
+            target, why = where_to_write(paths[result.path], migrated, follow_links)
+            if target is None:
+                if why:
+                    result.error = why
+                else:
+                    result.skipped = "a symbolic link to a file migrated as itself: the link is left as it is"
+                continue
+            atomic_write(target, result.new_data)
+        except OSError as error:
+            result.error = f"cannot write: {error.strerror or error}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,14 +1,27 @@
-"""Write a directory so that readers see the old one or the new one, never half of either.
+"""Write a set of files into a directory so that readers see the old set or the new set, never a
+mix, and leave everything else in the directory exactly as it was.
 
-A checkpoint is a directory of files plus ``manifest.json`` (sha256 and size of every file),
-written last: a directory without a valid manifest is not a checkpoint.  The new directory is
-built under a hidden temporary name next to the target and then swapped in:
+A checkpoint is a set of files plus ``manifest.json`` (sha256 and size of every file, and the
+writer's ``format``), which is the commit marker: a directory without a valid manifest holds
+no checkpoint.  The directory may be shared with the user's own files (a run's output folder:
+logs, configs, other checkpoints), as with ``torch.distributed.checkpoint`` and
+``save_pretrained``: a writer owns exactly the files its manifest lists and the manifest, and
+never touches, moves or removes anything else.  Writing:
 
-* Linux: ``renameat2(RENAME_EXCHANGE)`` swaps the two directories in one atomic step, even
-  when the target is a non-empty directory (which plain ``rename`` refuses).
-* elsewhere: the old directory is renamed to a hidden backup, the new one renamed into place,
-  the backup removed.  A crash between the two renames leaves no target but an intact backup;
-  :func:`recover` (run by every save and load) puts it back.
+1. stage: the new files are written into a hidden staging directory *inside* the target
+   (``.shardcompat-staging-<id>``; same file system, so renames are atomic), manifest last,
+   everything fsynced;
+2. check: every name the new manifest lists must be free in the target, or owned by the
+   previous write of the same ``format`` (listed in its manifest); anything else is refused
+   (:class:`ForeignFiles`) and the target is left as it was;
+3. commit point: a journal (``.shardcompat-commit.json``) naming the staging directory, the
+   files to move in and the previous files to remove is written atomically;
+4. roll forward: each new file is renamed into place, the previous write's files that the new
+   one does not have are removed, the new manifest is renamed into place, the journal removed.
+
+A crash before 3 leaves the previous files untouched (and a staging directory that
+:func:`recover` removes); a crash after 3 is finished by :func:`recover`, which every save and
+load runs first.  Step 4 is idempotent and safe to run in several processes at once.
 
 No torch here: this is plain file handling, tested on its own.
 """
@@ -16,26 +29,25 @@ No torch here: this is plain file handling, tested on its own.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
-import errno
 import hashlib
 import json
 import os
 import shutil
-import sys
 import uuid
-from collections.abc import Collection, Iterator, Mapping
-from pathlib import Path
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 __all__ = [
+    "JOURNAL",
     "MANIFEST",
     "CorruptDirectory",
+    "ForeignFiles",
     "atomic_directory",
+    "check_target",
     "commit",
     "file_digests",
-    "new_temporary",
+    "new_staging",
     "read_manifest",
     "recover",
     "sha256",
@@ -44,8 +56,8 @@ __all__ = [
 ]
 
 MANIFEST = "manifest.json"
-_TMP = ".tmp-"
-_OLD = ".old-"
+JOURNAL = ".shardcompat-commit.json"
+_STAGING = ".shardcompat-staging-"
 _CHUNK = 1 << 20
 
 
@@ -53,8 +65,11 @@ class CorruptDirectory(ValueError):
     """A directory is not the complete, unmodified result of one write; the message says how."""
 
 
-def _hidden(path: Path, kind: str, tag: str) -> Path:
-    return path.with_name(f".{path.name}{kind}{tag}")
+class ForeignFiles(ValueError):
+    """The target holds something this writer did not write where it would put its own files.
+
+    Raised before the target changes; the message names the entry and what to do.
+    """
 
 
 def sha256(path: Path) -> str:
@@ -85,112 +100,202 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
+def _write_json(path: Path, body: Mapping[str, Any]) -> None:
+    """Write ``path`` whole or not at all (a sibling ``.partial`` renamed over it)."""
+    tmp = path.with_name(path.name + ".partial")
+    tmp.write_text(json.dumps(body, indent=2, sort_keys=True, default=str))
+    _fsync(tmp)
+    os.replace(tmp, path)
+    _fsync(path.parent)
+
+
 def write_manifest(root: Path, manifest: Mapping[str, Any]) -> None:
     """Checksum everything under ``root``, then write ``manifest.json`` (the commit marker) last."""
     for file in root.rglob("*"):
         if file.is_file():
             _fsync(file)
-    body = {**manifest, "files": file_digests(root)}
-    tmp = root / f"{MANIFEST}.partial"
-    tmp.write_text(json.dumps(body, indent=2, sort_keys=True, default=str))
-    _fsync(tmp)
-    os.replace(tmp, root / MANIFEST)
-    _fsync(root)
+    _write_json(root / MANIFEST, {**manifest, "files": file_digests(root)})
 
 
-def _exchange(a: Path, b: Path) -> bool:
-    """Atomically swap two existing paths (Linux ``renameat2``); False where unsupported."""
-    if not sys.platform.startswith("linux"):
-        return False
-    libc_name = ctypes.util.find_library("c")
+# ---------------------------------------------------------------------- ownership
+def _relative(rel: object) -> str:
+    """``rel`` if it is a plain relative path inside the directory, else :class:`CorruptDirectory`."""
+    parts = PurePosixPath(str(rel)).parts
+    if not isinstance(rel, str) or not parts or rel.startswith("/") or any(p in ("..", ".", "") for p in parts):
+        raise CorruptDirectory(f"{rel!r} is not a path inside the directory")
+    return rel
+
+
+def _owned(target: Path, fmt: object) -> set[str]:
+    """The files the previous write of format ``fmt`` left in ``target``: its manifest's list
+    and the manifest itself (none when there is no manifest)."""
+    file = target / MANIFEST
+    if not file.exists() and not file.is_symlink():
+        return set()
     try:
-        libc = ctypes.CDLL(libc_name, use_errno=True)
-        renameat2 = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    at_fdcwd, rename_exchange = -100, 2
-    rc = renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)
-    if rc == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
-        return False
-    raise OSError(err, os.strerror(err), str(b))
+        if file.is_symlink() or not file.is_file():
+            raise CorruptDirectory("it is not a regular file")
+        previous = read_manifest(target)
+        if previous.get("format") != fmt:
+            raise CorruptDirectory(f"its format is {previous.get('format')!r}, not {fmt!r}")
+        return {MANIFEST, *(_relative(rel) for rel in previous["files"])}
+    except CorruptDirectory as error:
+        raise ForeignFiles(
+            f"{file} exists and is not the manifest of an earlier {fmt} write ({error}): "
+            "it is someone else's file, left untouched; move it away or write to another directory"
+        ) from None
 
 
-def commit(tmp: Path, path: Path) -> None:
-    """Put the finished directory ``tmp`` at ``path``, replacing what is there atomically."""
-    if not path.exists() and not path.is_symlink():
-        os.rename(tmp, path)
-    elif _exchange(tmp, path):
-        shutil.rmtree(tmp)  # tmp now holds the previous checkpoint
-    else:
-        backup = _hidden(path, _OLD, uuid.uuid4().hex[:12])
-        os.rename(path, backup)
-        os.rename(tmp, path)  # a crash just before this leaves only the backup: recover()
-        shutil.rmtree(backup)
-    _fsync(path.parent)
+def check_target(target: Path, fmt: object) -> set[str]:
+    """Refuse a target that is not a directory or holds a foreign manifest; return what we own."""
+    if target.is_symlink() and not target.exists():
+        raise ForeignFiles(f"{target} is a dangling symbolic link: point it at a directory or remove it")
+    if target.exists() and not target.is_dir():
+        raise ForeignFiles(f"{target} exists and is not a directory: choose a directory to write into")
+    return _owned(target, fmt) if target.exists() else set()
 
 
-def recover(path: Path) -> None:
-    """Undo what a crash mid-commit left: restore a backup if the target is gone, drop temporaries.
+def _check_names(target: Path, names: Iterable[str], owned: Collection[str]) -> None:
+    """Each new file's place is free or ours, and its folders real directories inside ``target``."""
+    for rel in sorted(names):
+        place = target
+        for part in PurePosixPath(rel).parts[:-1]:
+            place = place / part
+            if place.is_symlink() or (place.exists() and not place.is_dir()):
+                raise ForeignFiles(
+                    f"{place} is not a plain directory (a file or a link), but the write needs a "
+                    f"folder there for {rel}; it is left untouched: move it away or write elsewhere"
+                )
+        dest = target / rel
+        if (dest.exists() or dest.is_symlink()) and (rel not in owned or dest.is_dir()):
+            raise ForeignFiles(
+                f"{dest} exists and was not written by the earlier write in {target}; it is "
+                "left untouched: move it away or write to another directory"
+            )
 
-    Not safe to run while another process is writing the same ``path``; saves to one path
-    are serialised by the collective that calls them.
+
+# ---------------------------------------------------------------------- the write
+def new_staging(target: Path) -> Path:
+    """A fresh, empty hidden directory inside ``target`` (created if missing)."""
+    target.mkdir(parents=True, exist_ok=True)
+    staging = target / f"{_STAGING}{uuid.uuid4().hex[:12]}"
+    staging.mkdir()
+    return staging
+
+
+def commit(staging: Path, target: Path) -> None:
+    """Move the finished write in ``staging`` (manifest included) into ``target``.
+
+    Replaces the previous write of the same format and nothing else; refuses
+    (:class:`ForeignFiles`, ``staging`` removed, ``target`` unchanged) where a name is taken
+    by something that write did not own.
     """
-    path = Path(path)
-    parent = path.parent
-    if not parent.is_dir():
+    try:
+        new = read_manifest(staging)
+        owned = check_target(target, new.get("format"))
+        added = sorted(new["files"])
+        _check_names(target, [*added, MANIFEST], owned)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    journal = {"staging": staging.name, "add": added, "remove": sorted(owned - {*added, MANIFEST})}
+    _write_json(target / JOURNAL, journal)  # the commit point
+    _roll_forward(target, journal)
+
+
+def _roll_forward(target: Path, journal: Mapping[str, Any]) -> None:
+    """Finish a committed write; every step tolerates having been done already (or concurrently)."""
+    staging = target / journal["staging"]
+    touched = {target}
+    for rel in journal["add"]:
+        dest = target / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        touched.add(dest.parent)
+        with contextlib.suppress(FileNotFoundError):  # moved already
+            os.replace(staging / rel, dest)
+    for rel in journal["remove"]:
+        (target / rel).unlink(missing_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        os.replace(staging / MANIFEST, target / MANIFEST)
+    for folder in touched:
+        _fsync(folder)
+    (target / JOURNAL).unlink(missing_ok=True)
+    _fsync(target)
+    shutil.rmtree(staging, ignore_errors=True)
+    _prune(target, journal["remove"])
+
+
+def _prune(target: Path, removed: Iterable[str]) -> None:
+    """Remove the folders that removing ``removed`` left empty (never ``target`` itself)."""
+    folders = {target.joinpath(*PurePosixPath(rel).parts[:i]) for rel in removed for i in range(1, len(PurePosixPath(rel).parts))}
+    for folder in sorted(folders, key=lambda p: len(p.parts), reverse=True):
+        with contextlib.suppress(OSError):  # not empty: something else lives there
+            folder.rmdir()
+
+
+def recover(path: str | os.PathLike[str]) -> None:
+    """Finish a write that was committed before a crash, and drop staging directories of writes
+    that were not.  Not safe while another process is *staging* a write to the same ``path``
+    (saves to one path are serialised by the collective that calls them); finishing one is."""
+    target = Path(path)
+    if not target.is_dir():
         return
-    backups = sorted(parent.glob(f".{path.name}{_OLD}*"), key=lambda p: p.stat().st_mtime)
-    if backups and not path.exists():
-        os.rename(backups.pop(), path)
-    for leftover in [*backups, *parent.glob(f".{path.name}{_TMP}*")]:
+    journal_file = target / JOURNAL
+    if journal_file.exists():
+        try:
+            journal = json.loads(journal_file.read_text())
+            _relative(journal["staging"])
+            for rel in [*journal["add"], *journal["remove"]]:
+                _relative(rel)
+        except FileNotFoundError:  # another process finished it meanwhile
+            journal = None
+        except (ValueError, KeyError, TypeError) as error:
+            raise CorruptDirectory(f"{journal_file} is damaged ({error}): remove it by hand") from None
+        if journal is not None:
+            _roll_forward(target, journal)
+    for leftover in target.glob(f"{_STAGING}*"):
         shutil.rmtree(leftover, ignore_errors=True)
-
-
-def new_temporary(path: Path) -> Path:
-    """A fresh, empty hidden directory next to ``path`` (same file system, so rename works)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _hidden(path, _TMP, uuid.uuid4().hex[:12])
-    tmp.mkdir()
-    return tmp
+    (target / f"{JOURNAL}.partial").unlink(missing_ok=True)  # killed before the commit point
 
 
 @contextlib.contextmanager
 def atomic_directory(path: str | os.PathLike[str], manifest: Mapping[str, Any]) -> Iterator[Path]:
-    """Yield an empty temporary directory; on success write its manifest and swap it in at ``path``.
+    """Yield an empty staging directory; on success write its manifest and commit it at ``path``.
 
-    If the body raises, the temporary directory is removed and ``path`` is untouched.
+    ``manifest["format"]`` says which earlier writes this one may replace.  If the body
+    raises, or the target refuses (:class:`ForeignFiles`), the staging directory is removed
+    and ``path`` is as it was.
     """
     target = Path(path)
     recover(target)
-    tmp = new_temporary(target)
+    check_target(target, manifest.get("format"))
+    staging = new_staging(target)
     try:
-        yield tmp
-        write_manifest(tmp, manifest)
-        commit(tmp, target)
+        yield staging
+        write_manifest(staging, manifest)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(staging, ignore_errors=True)
         raise
+    commit(staging, target)
 
 
+# ---------------------------------------------------------------------- reading
 def read_manifest(path: Path) -> dict[str, Any]:
-    """The manifest of the checkpoint at ``path``, or :class:`CorruptDirectory` saying why not."""
+    """The manifest of the write at ``path``, or :class:`CorruptDirectory` saying why not."""
     if not path.exists():
         raise CorruptDirectory(f"{path} does not exist")
     if not path.is_dir():
         raise CorruptDirectory(f"{path} is not a checkpoint directory (it is a file)")
     file = path / MANIFEST
+    if (path / JOURNAL).exists():
+        raise CorruptDirectory(f"{path / JOURNAL}: a write into {path} is not finished; loading it finishes it")
     if not file.exists():
-        raise CorruptDirectory(
-            f"{path} has no {MANIFEST}: it is not a checkpoint, or its save did not finish"
-        )
+        raise CorruptDirectory(f"{file} is missing: {path} holds no checkpoint, or its save did not finish")
     try:
         manifest: dict[str, Any] = json.loads(file.read_text())
     except (ValueError, UnicodeDecodeError) as error:
         raise CorruptDirectory(f"{file} is not valid JSON ({error}): the manifest is damaged") from None
-    if not isinstance(manifest.get("files"), dict):
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
         raise CorruptDirectory(f"{file} lists no files: the manifest is damaged")
     return manifest
 
@@ -198,8 +303,8 @@ def read_manifest(path: Path) -> dict[str, Any]:
 def verify(path: str | os.PathLike[str], only: Collection[str] | None = None) -> dict[str, Any]:
     """Check every file the manifest lists (present, size, sha256); return the manifest.
 
-    ``only``: check just those of the listed files.  Reports every problem at once, naming the
-    file and what differs.
+    ``only``: check just those of the listed files.  One line names every damaged file and
+    what differs.
     """
     root = Path(path)
     manifest = read_manifest(root)
@@ -207,15 +312,17 @@ def verify(path: str | os.PathLike[str], only: Collection[str] | None = None) ->
     for rel, want in sorted(manifest["files"].items()):
         if only is not None and rel not in only:
             continue
-        file = root / rel
+        file = root / _relative(rel)
         if not file.is_file():
-            problems.append(f"{rel}: missing")
+            problems.append(f"{file}: missing")
             continue
         size = file.stat().st_size
-        if size != want.get("size"):
-            problems.append(f"{rel}: {size} bytes, the manifest says {want.get('size')} (truncated?)")
+        if not isinstance(want, dict):
+            problems.append(f"{root / MANIFEST}: the entry for {rel} is damaged")
+        elif size != want.get("size"):
+            problems.append(f"{file}: {size} bytes, the manifest says {want.get('size')} (truncated?)")
         elif sha256(file) != want.get("sha256"):
-            problems.append(f"{rel}: sha256 differs from the manifest (corrupted)")
+            problems.append(f"{file}: sha256 differs from the manifest (corrupted)")
     if problems:
-        raise CorruptDirectory(f"checkpoint {root} is damaged:\n  " + "\n  ".join(problems))
+        raise CorruptDirectory("damaged checkpoint: " + "; ".join(problems))
     return manifest

@@ -127,13 +127,14 @@ def _explain(args: argparse.Namespace) -> int:
 
 
 def _consolidate(args: argparse.Namespace) -> int:
-    from .checkpoint import CheckpointError, consolidate
+    """Exit 2 where the destination is refused (nothing written), 1 where the source is bad."""
+    from .checkpoint import CheckpointError, WriteRefused, consolidate
 
     try:
         written = consolidate(args.src, args.dst)
     except CheckpointError as error:
         print(f"shardcompat checkpoint: error: {error}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(error, WriteRefused) else 1
     print(f"wrote full checkpoint {written}")
     return 0
 
@@ -201,7 +202,10 @@ def build_parser() -> argparse.ArgumentParser:
     commands = checkpoint.add_subparsers(dest="checkpoint_command", required=True)
     cons = commands.add_parser("consolidate", help="turn a sharded checkpoint into the full format")
     cons.add_argument("src", type=Path, help="the sharded checkpoint directory")
-    cons.add_argument("dst", type=Path, help="where to write the full checkpoint")
+    cons.add_argument(
+        "dst", type=Path,
+        help="the directory to write the full checkpoint into (other files there are kept; it may not overlap SRC)",
+    )
     cons.set_defaults(run=_consolidate)
     verify = commands.add_parser("verify", help="check a checkpoint's files against its manifest")
     verify.add_argument("path", type=Path)

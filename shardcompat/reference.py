@@ -25,7 +25,8 @@ def options_reference() -> str:
         "# Option reference",
         "",
         "Generated from `shardcompat.options` (the tables `TOKENS`, `TUNABLES` and `RULES`); "
-        "do not edit by hand. Words are separated by spaces, `,` or `;`, case does not "
+        "do not edit by hand: `python -m shardcompat.reference > docs/options.md` (or a docs "
+        "build) regenerates it, and a test fails while it is stale. Words are separated by spaces, `,` or `;`, case does not "
         "matter and `-` may stand for `_`. `str(parse_options(x))` is the canonical form.",
         "",
         "## Words",
@@ -71,3 +72,7 @@ def options_reference() -> str:
         "",
     ]
     return "\n".join(out)
+
+
+if __name__ == "__main__":
+    print(options_reference(), end="")

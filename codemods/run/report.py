@@ -50,10 +50,11 @@ class FileReport:
     scope: str = "edit"
     new_data: bytes | None = None
     diff: str = ""
+    skipped: str | None = None  # why --write left this changed file alone, where that is no error
 
     @property
     def changed(self) -> bool:
-        return self.new_data is not None and self.error is None
+        return self.new_data is not None and self.error is None and self.skipped is None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -65,6 +66,7 @@ class FileReport:
             "review": [asdict(e) for e in self.review],
             "warnings": [asdict(w) for w in self.warnings],
             "error": self.error,
+            "skipped": self.skipped,
         }
 
 
@@ -132,6 +134,8 @@ class RunReport:
             _count(sum(len(f.warnings) for f in self.files), "warning"),
             _count(len(self.errors), "error"),
         ])
+        if self.mode == "diff" and self.changed:
+            totals += "; nothing was written: run again with --write to apply these changes"
         return "\n".join([*rows, totals])
 
 
@@ -147,6 +151,8 @@ def _at(path: str, line: int) -> str:
 def _rows(report: FileReport, mode: str) -> Iterable[str]:
     if report.error:
         yield f"{report.path}: error: {report.error}"
+    if report.skipped:
+        yield f"{report.path}: skipped: {report.skipped}"
     for edit in report.edits:
         done = "" if mode == "write" else "would "
         note = f" (not equivalent: {edit.note})" if edit.note and edit.rule == "to-fsdp" else (

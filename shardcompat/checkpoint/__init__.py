@@ -32,15 +32,20 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .._atomic import atomic_directory
+from .._atomic import MANIFEST, atomic_directory, check_target, recover
 from . import _sharded
 from ._common import (
+    FORMAT,
     MODEL,
     OPTIMIZER,
     TRAINER,
     CheckpointError,
+    WriteRefused,
+    all_agree,
     check_names_and_shapes,
     check_optimizer_kind,
+    check_optimizer_state,
+    check_state_matches,
     check_trainer,
     gather,
     header,
@@ -48,6 +53,7 @@ from ._common import (
     open_checkpoint,
     rank,
     rank0_decides,
+    refuse_foreign,
     restore_rank_rng,
     restore_trainer,
     rng_file,
@@ -62,6 +68,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CheckpointError",
+    "WriteRefused",
     "consolidate",
     "load_checkpoint",
     "load_rng_state",
@@ -78,12 +85,17 @@ def save_checkpoint(
     sharded: bool = False,
     **extra: Any,
 ) -> Path:
-    """Write a checkpoint of ``prepared`` at ``path`` atomically (collective: call on every rank).
+    """Write a checkpoint of ``prepared`` into the directory ``path`` atomically (collective:
+    call on every rank).
 
     ``step`` defaults to ``prepared.step_count``; ``scheduler`` (anything with ``state_dict``)
     is saved too; ``extra`` values must be plain data or tensors (they are read back with
-    ``torch.load(weights_only=True)``).  An existing checkpoint at ``path`` is replaced only
-    once the new one is complete.
+    ``torch.load(weights_only=True)``).  The directory may hold other files (a run's output
+    folder): they are left byte-identical, as ``torch.distributed.checkpoint`` and
+    ``save_pretrained`` leave them.  An earlier checkpoint in it is replaced, file for file,
+    only once the new one is complete; a crash at any moment leaves the old or the new one.
+    Raises :class:`WriteRefused`, changing nothing, where a file the checkpoint would write
+    (``manifest.json``, ``model.pt``, ...) is already there and not part of an earlier one.
     """
     target = Path(path)
     step = prepared.step_count if step is None else int(step)
@@ -96,6 +108,7 @@ def save_checkpoint(
         _sharded.save(prepared, target, trainer)
         return target
     group = prepared.placement.process_group
+    rank0_decides(lambda: refuse_foreign(lambda: _writable(target)), group)  # before gathering
     model = prepared.full_state_dict(rank0_only=True)
     optim = prepared.optimizer_state_dict(rank0_only=True)
     rngs = gather(rng_state(), group)
@@ -110,8 +123,14 @@ def save_checkpoint(
                 (tmp / rng_file(r)).parent.mkdir(exist_ok=True)
                 torch.save(state, tmp / rng_file(r))
 
-    rank0_decides(write, group)
+    rank0_decides(lambda: refuse_foreign(write), group)
     return target
+
+
+def _writable(target: Path) -> None:
+    """Finish or drop what a killed save left, then refuse a target holding foreign files."""
+    recover(target)
+    check_target(target, FORMAT)
 
 
 def load_checkpoint(
@@ -119,10 +138,16 @@ def load_checkpoint(
 ) -> dict[str, Any]:
     """Restore ``prepared`` (and ``scheduler``) from the checkpoint at ``path`` (collective).
 
-    Works for both formats, from any backend and world size.  Everything is checked first;
-    a damaged or mismatched checkpoint raises :class:`CheckpointError` and changes nothing.
-    Each rank's random states are restored too, unless ``restore_rng=False`` (then
-    :func:`load_rng_state` restores them when the loop wants).  Returns ``{"step": step, **extra}``.
+    Works for both formats, from any backend and world size.  Everything is checked first
+    (checksums, the manifest against the files, names and shapes against this model, the
+    optimizer's kind and groups), and every rank has read what it needs before any rank
+    changes anything: a damaged or mismatched checkpoint raises :class:`CheckpointError`, one
+    line naming the file and what is wrong, and leaves the model, optimizer, step and
+    scheduler exactly as they were.  Each rank's random states are restored too, unless
+    ``restore_rng=False`` (then :func:`load_rng_state` restores them when the loop wants).
+
+    Returns ``{"step": step, **extra}``: the step saved (also set as ``prepared.step_count``)
+    and the keyword values given to :func:`save_checkpoint`, e.g. ``{"step": 1000, "epoch": 3}``.
     """
     source = Path(path)
     group = prepared.placement.process_group
@@ -132,14 +157,9 @@ def load_checkpoint(
     if sharded and _sharded.dcp_refusal(prepared) is None:
         return _sharded.load(prepared, source, manifest, names, scheduler, restore_rng)
     # The full format, or shards this backend cannot take directly: every rank reads it all.
-    expected = shape_table(prepared.full_state_dict(rank0_only=True))  # collective
-    rank0_decides(
-        lambda: _validate_full(prepared, source, manifest, expected, names, scheduler, sharded), group
-    )
-    if sharded:
-        model, optim = _sharded.read_full(source)
-    else:
-        model, optim = load_torch(source / MODEL), load_torch(source / OPTIMIZER)
+    expected = share(shape_table(prepared.full_state_dict(rank0_only=True)), group)  # collective
+    rank0_decides(lambda: _validate(prepared, source, manifest, expected, names, scheduler, sharded), group)
+    model, optim = all_agree(lambda: _read_full(source, manifest, expected, sharded), group)
     prepared.load_full_state_dict(model)
     del model
     prepared.load_optimizer_state_dict(optim)
@@ -165,7 +185,7 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     return open_checkpoint(Path(path))
 
 
-def _validate_full(
+def _validate(
     prepared: Prepared,
     path: Path,
     manifest: Mapping[str, Any],
@@ -174,31 +194,41 @@ def _validate_full(
     scheduler: Any,
     sharded: bool,
 ) -> None:
-    check_names_and_shapes(manifest["model"], expected)
+    """What rank 0 checks before anyone reads the state: model, optimizer kind, groups, trainer."""
+    check_names_and_shapes(manifest["model"], expected, path / MANIFEST)
     check_optimizer_kind(prepared, manifest)
     check_trainer(path, scheduler)
-    if sharded:  # the shards' own metadata is checked as they are read
+    if sharded:
+        _sharded.check_metadata(path, manifest)
         match_groups(_sharded.read_param_groups(path), names, prepared.optimizer.param_groups)
         return
     optim = load_torch(path / OPTIMIZER)
-    if not isinstance(optim, Mapping) or not {"state", "param_groups"} <= optim.keys():
-        raise CheckpointError(f"{path / OPTIMIZER} is not a consolidated optimizer state")
-    problems = []
-    for name, values in optim["state"].items():
-        if name not in expected:
-            problems.append(f"state for {name!r}, which the model does not have")
-            continue
-        for key, value in values.items():
-            if isinstance(value, torch.Tensor) and value.dim() > 0 and list(value.shape) != expected[name]:
-                problems.append(f"{name}.{key} has shape {tuple(value.shape)}, the parameter {tuple(expected[name])}")
-    if problems:
-        raise CheckpointError(f"the optimizer state in {path} does not fit: " + "; ".join(problems))
+    check_optimizer_state(optim, expected, path / OPTIMIZER)
     match_groups(optim["param_groups"], names, prepared.optimizer.param_groups, optim["state"])
 
 
-def consolidate(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> Path:
-    """Turn the sharded checkpoint ``src`` into a full one at ``dst`` (one process, no process group).
+def _read_full(
+    path: Path, manifest: Mapping[str, Any], expected: Mapping[str, list[int]], sharded: bool
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """This rank's copy of the whole state, checked against the manifest and the model."""
+    if sharded:
+        model, optim = _sharded.read_full(path)
+    else:
+        model, optim = load_torch(path / MODEL), load_torch(path / OPTIMIZER)
+    file = path / (".metadata" if sharded else MODEL)
+    check_state_matches(model, manifest, file)
+    check_optimizer_state(optim, expected, path / OPTIMIZER)
+    return model, optim
 
+
+def consolidate(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> Path:
+    """Turn the sharded checkpoint ``src`` into a full one in the directory ``dst`` (one process,
+    no process group).
+
+    ``dst`` is written like :func:`save_checkpoint` writes: other files there are kept, an
+    earlier checkpoint there is replaced atomically.  Raises :class:`WriteRefused` before
+    anything is written when ``dst`` and ``src`` overlap (the same directory, one inside the
+    other, through symbolic links too) or ``dst`` holds someone else's ``manifest.json`` etc.
     Needs memory for one full copy of the model and optimizer state.
     """
     return _sharded.consolidate(Path(src), Path(dst))

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import torch
 import torch.distributed as dist
 
-from .._atomic import CorruptDirectory, recover, verify
+from .._atomic import MANIFEST, CorruptDirectory, ForeignFiles, recover, verify
 
 if TYPE_CHECKING:
     from ..prepared import Prepared
@@ -26,17 +26,22 @@ __all__ = [
     "OPTIMIZER",
     "TRAINER",
     "CheckpointError",
+    "WriteRefused",
+    "all_agree",
     "check_names_and_shapes",
     "check_optimizer_kind",
+    "check_state_matches",
     "check_trainer",
     "gather",
     "header",
     "is_rank0",
     "load_torch",
+    "one_line",
     "open_checkpoint",
     "optimizer_kind",
     "rank",
     "rank0_decides",
+    "refuse_foreign",
     "restore_rank_rng",
     "restore_rng",
     "restore_trainer",
@@ -44,6 +49,7 @@ __all__ = [
     "rng_state",
     "shape_table",
     "share",
+    "table_differences",
     "world_size",
 ]
 
@@ -54,10 +60,15 @@ T = TypeVar("T")
 
 
 class CheckpointError(ValueError):
-    """A checkpoint cannot be written or loaded as asked; the message says exactly why.
+    """A checkpoint cannot be written or loaded as asked; one line names the file and what is wrong.
 
     Raised before anything is loaded, so the model and optimizer are untouched.
     """
+
+
+class WriteRefused(CheckpointError):
+    """The destination cannot take the write as asked (it overlaps the source, or holds files
+    this checkpoint did not write where it would put its own); nothing was changed."""
 
 
 # ---------------------------------------------------------------------- collectives
@@ -107,7 +118,43 @@ def rank0_decides(fn: Callable[[], T], group: Any = None) -> T | None:
 
 
 def _describe(error: BaseException) -> str:
-    return str(error) if isinstance(error, ValueError) else f"{type(error).__name__}: {error}"
+    text = str(error) if isinstance(error, ValueError) else f"{type(error).__name__}: {error}"
+    return one_line(text)
+
+
+def one_line(text: str, limit: int = 400) -> str:
+    """``text`` on one line: its lines joined, cut at ``limit`` characters (torch's own load
+    errors run to dozens of lines of advice that does not apply here)."""
+    joined = " ".join(line.strip() for line in text.splitlines() if line.strip())
+    return joined if len(joined) <= limit else joined[: limit - 3] + "..."
+
+
+def all_agree(fn: Callable[[], T], group: Any = None) -> T:
+    """Run ``fn`` on every rank; if it raises on any, every rank raises :class:`CheckpointError`
+    naming the rank, so that no rank goes on to change its model while another cannot."""
+    result: T | None = None
+    error = ""
+    try:
+        result = fn()
+    except Exception as failure:
+        error = _describe(failure)
+    errors = [error]
+    if _distributed(group):
+        errors = [""] * world_size(group)
+        dist.all_gather_object(errors, error, group=group)
+    failed = [(r, e) for r, e in enumerate(errors) if e]
+    if failed:
+        r, e = failed[0]
+        raise CheckpointError(e if r == rank(group) or world_size(group) == 1 else f"on rank {r}: {e}")
+    return cast(T, result)
+
+
+def refuse_foreign(fn: Callable[[], T]) -> T:
+    """``fn()``, with the atomic writer's refusal of a taken destination as :class:`WriteRefused`."""
+    try:
+        return fn()
+    except ForeignFiles as error:
+        raise WriteRefused(str(error)) from None
 
 
 def open_checkpoint(path: Path, only: Collection[str] | None = None) -> dict[str, Any]:
@@ -119,18 +166,32 @@ def open_checkpoint(path: Path, only: Collection[str] | None = None) -> dict[str
     except CorruptDirectory as error:
         raise CheckpointError(str(error)) from None
     if manifest.get("format") != FORMAT:
-        raise CheckpointError(f"{path} is not a shardcompat checkpoint (format {manifest.get('format')!r})")
+        raise CheckpointError(f"{path / MANIFEST}: not a shardcompat checkpoint (format {manifest.get('format')!r})")
     if manifest.get("version", 0) > FORMAT_VERSION:
         raise CheckpointError(
-            f"{path} has format version {manifest['version']}; this shardcompat reads up to "
+            f"{path / MANIFEST}: format version {manifest['version']}; this shardcompat reads up to "
             f"{FORMAT_VERSION}: upgrade shardcompat"
         )
-    if manifest.get("kind") not in ("full", "sharded"):
-        raise CheckpointError(f"{path}: unknown checkpoint kind {manifest.get('kind')!r}")
+    kind = manifest.get("kind")
+    if kind not in _REQUIRED:
+        raise CheckpointError(f"{path / MANIFEST}: unknown checkpoint kind {kind!r}")
+    missing = [name for name in _REQUIRED[kind] if name not in manifest["files"]]
+    if missing or not isinstance(manifest.get("model"), dict):
+        what = f"lists no {', '.join(missing)}" if missing else "has no model table"
+        raise CheckpointError(
+            f"{path / MANIFEST} {what}, which a {kind} checkpoint has: the manifest does not match its files"
+        )
     return manifest
+
+
+_REQUIRED = {"full": (MODEL, OPTIMIZER, TRAINER), "sharded": (".metadata", TRAINER)}
 
 def check_trainer(path: Path, scheduler: Any) -> None:
     trainer = load_torch(path / TRAINER)
+    if not isinstance(trainer, Mapping) or not isinstance(trainer.get("step"), int) or not isinstance(
+        trainer.get("extra"), Mapping
+    ):
+        raise CheckpointError(f"{path / TRAINER} is not a trainer state (step, scheduler, extra values)")
     if scheduler is not None and trainer.get("scheduler") is None:
         raise CheckpointError(
             f"{path} has no scheduler state (it was saved without scheduler=); "
@@ -212,27 +273,67 @@ def shape_table(state: Mapping[str, Any]) -> dict[str, list[int]]:
     return {name: list(value.size()) for name, value in state.items() if hasattr(value, "size")}
 
 
-def check_names_and_shapes(saved: Mapping[str, list[int]], model: Mapping[str, list[int]]) -> None:
-    """Refuse a checkpoint of another model, naming every missing, unexpected and mis-shaped entry."""
-    missing = sorted(model.keys() - saved.keys())
-    unexpected = sorted(saved.keys() - model.keys())
+def check_names_and_shapes(saved: Mapping[str, list[int]], model: Mapping[str, list[int]], where: Path) -> None:
+    """Refuse a checkpoint of another model (``where``: the file whose table ``saved`` is),
+    naming the missing, unexpected and mis-shaped entries, on one line."""
+    problems = table_differences(saved, model, "checkpoint", "model")
+    if problems:
+        raise CheckpointError(
+            f"{where}: the checkpoint is of a different model: {problems}; load it into the model "
+            "it was saved from (same parameter names and shapes)"
+        )
+
+
+def check_state_matches(state: Any, manifest: Mapping[str, Any], file: Path) -> None:
+    """Refuse a model file whose tensors are not the ones its manifest describes (a foreign or
+    swapped file whose checksums were rewritten, or a manifest edited by hand)."""
+    if not isinstance(state, Mapping) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise CheckpointError(f"{file} is not a model state (a mapping of names to tensors)")
+    problems = table_differences(shape_table(state), manifest["model"], "file", MANIFEST)
+    if problems:
+        raise CheckpointError(f"{file} does not match its {MANIFEST}: {problems}")
+
+
+def check_optimizer_state(optim: Any, expected: Mapping[str, list[int]], file: Path) -> None:
+    """Refuse an optimizer file that is not a consolidated, name-keyed state fitting the model."""
+    if not isinstance(optim, Mapping) or not {"state", "param_groups"} <= optim.keys():
+        raise CheckpointError(f"{file} is not a consolidated optimizer state")
+    if not isinstance(optim["state"], Mapping) or not isinstance(optim["param_groups"], list):
+        raise CheckpointError(f"{file} is not a consolidated optimizer state")
+    problems = []
+    for name, values in optim["state"].items():
+        if name not in expected:
+            problems.append(f"state for {name!r}, which the model does not have")
+            continue
+        for key, value in values.items() if isinstance(values, Mapping) else ():
+            if isinstance(value, torch.Tensor) and value.dim() > 0 and list(value.shape) != expected[name]:
+                problems.append(f"{name}.{key} has shape {tuple(value.shape)}, the parameter {tuple(expected[name])}")
+    if problems:
+        raise CheckpointError(f"{file}: the optimizer state does not fit this model: {_some(problems)}")
+
+
+def table_differences(a: Mapping[str, Any], b: Mapping[str, Any], a_name: str, b_name: str) -> str:
+    """``"missing from the <a>: ...; not in the <b>: ...; shapes differ: ..."`` or ``""``."""
+    missing = sorted(b.keys() - a.keys())
+    unexpected = sorted(a.keys() - b.keys())
     shapes = sorted(
-        f"{name}: checkpoint {tuple(saved[name])}, model {tuple(model[name])}"
-        for name in saved.keys() & model.keys()
-        if list(saved[name]) != list(model[name])
+        f"{name}: {a_name} {tuple(a[name])}, {b_name} {tuple(b[name])}"
+        for name in a.keys() & b.keys()
+        if list(a[name]) != list(b[name])
     )
     problems = []
     if missing:
-        problems.append(f"missing from the checkpoint: {', '.join(missing)}")
+        problems.append(f"missing from the {a_name}: {_some(missing)}")
     if unexpected:
-        problems.append(f"not in the model: {', '.join(unexpected)}")
+        problems.append(f"not in the {b_name}: {_some(unexpected)}")
     if shapes:
-        problems.append(f"shapes differ: {'; '.join(shapes)}")
-    if problems:
-        raise CheckpointError(
-            "the checkpoint is of a different model:\n  " + "\n  ".join(problems)
-            + "\nLoad it into the model it was saved from (same parameter names and shapes)."
-        )
+        problems.append(f"shapes differ: {_some(shapes)}")
+    return "; ".join(problems)
+
+
+def _some(items: list[str], shown: int = 5) -> str:
+    more = f" and {len(items) - shown} more" if len(items) > shown else ""
+    return ", ".join(items[:shown]) + more
 
 
 def load_torch(file: Path) -> Any:
@@ -240,7 +341,7 @@ def load_torch(file: Path) -> Any:
     try:
         return torch.load(file, map_location="cpu", weights_only=True)
     except Exception as error:
-        raise CheckpointError(f"{file} cannot be read ({type(error).__name__}: {error})") from None
+        raise CheckpointError(one_line(f"{file} cannot be read ({type(error).__name__}: {error})")) from None
 
 
 # ---------------------------------------------------------------------- RNG

@@ -16,33 +16,46 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .._atomic import atomic_directory, commit, new_temporary, recover, write_manifest
+from .._atomic import (
+    MANIFEST,
+    atomic_directory,
+    check_target,
+    commit,
+    new_staging,
+    recover,
+    write_manifest,
+)
 from ._common import (
+    FORMAT,
     MODEL,
     OPTIMIZER,
     TRAINER,
     CheckpointError,
+    WriteRefused,
     check_names_and_shapes,
     check_optimizer_kind,
     check_trainer,
     gather,
     header,
     is_rank0,
+    one_line,
     open_checkpoint,
     rank,
     rank0_decides,
+    refuse_foreign,
     restore_trainer,
     rng_file,
     rng_state,
     shape_table,
     share,
+    table_differences,
 )
 from ._groups import match_groups
 
 if TYPE_CHECKING:
     from ..prepared import Prepared
 
-__all__ = ["consolidate", "dcp_refusal", "load", "read_full", "read_param_groups", "save"]
+__all__ = ["check_metadata", "consolidate", "dcp_refusal", "load", "read_full", "read_param_groups", "save"]
 
 
 def dcp_refusal(prepared: Prepared) -> str | None:
@@ -79,7 +92,8 @@ def save(prepared: Prepared, path: Path, trainer: Mapping[str, Any]) -> None:
 
     def start() -> Path:
         recover(path)
-        return new_temporary(path)
+        refuse_foreign(lambda: check_target(path, FORMAT))
+        return new_staging(path)
 
     tmp: Path = share(rank0_decides(start, group), group)
     error = ""
@@ -97,9 +111,9 @@ def save(prepared: Prepared, path: Path, trainer: Mapping[str, Any]) -> None:
         failed = [f"rank {r}: {e}" for r, e in enumerate(errors) if e]
         if failed:
             shutil.rmtree(tmp, ignore_errors=True)
-            raise CheckpointError("the sharded save failed; nothing was replaced:\n  " + "\n  ".join(failed))
+            raise CheckpointError("the sharded save failed; nothing was replaced: " + "; ".join(failed))
         write_manifest(tmp, header(prepared, "sharded", int(trainer["step"]), table))
-        commit(tmp, path)
+        refuse_foreign(lambda: commit(tmp, path))
 
     rank0_decides(finish, group)
 
@@ -114,27 +128,56 @@ def load(
     optimizer's groups), not by DCP, which would give a group the settings of whichever saved
     group it meets last.
     """
-    from torch.distributed.checkpoint.state_dict import set_state_dict
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_state_dict
     from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 
     group = prepared.placement.process_group
-    model, optim = _state_dicts(prepared)
-    expected = shape_table(model)
+    # The model's shapes without the optimizer's state: DCP's get_state_dict creates that
+    # state (a zero step) for an optimizer that has none, which a refused load must not do.
+    expected = shape_table(get_model_state_dict(prepared.model))
 
     def validate() -> list[dict[str, Any]]:
-        check_names_and_shapes(manifest["model"], expected)
+        check_names_and_shapes(manifest["model"], expected, path / MANIFEST)
         check_optimizer_kind(prepared, manifest)
         check_trainer(path, scheduler)
+        check_metadata(path, manifest)
         return match_groups(read_param_groups(path), names, prepared.optimizer.param_groups)
 
     groups = share(rank0_decides(validate, group), group)
+    model, optim = _state_dicts(prepared)
     try:
         dcp_load({"model": model, "optimizer": {"state": optim["state"]}}, checkpoint_id=path, process_group=group)
     except Exception as error:
-        raise CheckpointError(f"{path}: the shards do not fit this model/optimizer: {error}") from error
+        raise CheckpointError(one_line(f"{path}: the shards do not fit this model/optimizer: {error}")) from error
     optim = {"state": optim["state"], "param_groups": groups}
     set_state_dict(prepared.model, prepared.optimizer, model_state_dict=model, optim_state_dict=optim)
     return restore_trainer(prepared, path, scheduler, rng)
+
+
+def check_metadata(path: Path, manifest: Mapping[str, Any]) -> None:
+    """Refuse shards whose own index (DCP's ``.metadata``) is not the model the manifest
+    describes: a foreign ``.metadata`` whose checksum was rewritten, or an edited manifest."""
+    from torch.distributed.checkpoint.filesystem import FileSystemReader
+
+    file = path / ".metadata"
+    try:
+        metadata = FileSystemReader(path).read_metadata().state_dict_metadata
+    except Exception as error:
+        raise CheckpointError(one_line(f"{file} cannot be read ({type(error).__name__}: {error})")) from None
+    table = {
+        key.removeprefix("model."): list(entry.size)
+        for key, entry in metadata.items()
+        if key.startswith("model.") and hasattr(entry, "size")
+    }
+    problems = table_differences(table, manifest["model"], "shards", MANIFEST)
+    state = {key for key in metadata if key.startswith("optimizer.state.")}
+    for name, shape in manifest["model"].items():
+        for key in (k for k in state if k.startswith(f"optimizer.state.{name}.")):
+            size = getattr(metadata[key], "size", None)
+            if size is not None and len(size) > 0 and list(size) != list(shape):
+                problems = "; ".join(filter(None, [problems, f"{key} has shape {tuple(size)}, the parameter {tuple(shape)}"]))
+    if problems:
+        raise CheckpointError(f"{file} does not match its {MANIFEST}: {problems}")
 
 
 def read_full(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -170,22 +213,23 @@ def _read(path: Path, *keys: str) -> dict[str, Any]:
             no_dist=True,
         )
     except Exception as error:
-        raise CheckpointError(f"{path}: the shards cannot be read: {error}") from error
+        raise CheckpointError(one_line(f"{path}: the shards cannot be read: {error}")) from error
     return state
 
 
 def consolidate(src: Path, dst: Path) -> Path:
     """Write the full-format checkpoint ``dst`` from the sharded checkpoint ``src``."""
+    _refuse_overlap(src, dst)
+    recover(dst)
+    refuse_foreign(lambda: check_target(dst, FORMAT))
     manifest = open_checkpoint(src)
     if manifest["kind"] != "sharded":
         raise CheckpointError(f"{src} is already a full checkpoint; copy it instead")
-    if dst.resolve() == src.resolve():
-        raise CheckpointError("consolidate needs a destination other than the source")
+    check_metadata(src, manifest)
     model, optim = read_full(src)
-    check_names_and_shapes(manifest["model"], shape_table(model))
     body = {k: v for k, v in manifest.items() if k != "files"}
     body.update(kind="full", consolidated_from=str(src))
-    with atomic_directory(dst, body) as tmp:
+    with refuse_foreign(lambda: atomic_directory(dst, body)) as tmp:
         torch.save(model, tmp / MODEL)
         torch.save(optim, tmp / OPTIMIZER)
         shutil.copy2(src / TRAINER, tmp / TRAINER)
@@ -194,3 +238,21 @@ def consolidate(src: Path, dst: Path) -> Path:
                 (tmp / rel).parent.mkdir(exist_ok=True)
                 shutil.copy2(src / rel, tmp / rel)
     return dst
+
+
+def _refuse_overlap(src: Path, dst: Path) -> None:
+    """Refuse a destination that is the source, inside it, or holds it (links followed)."""
+    a, b = src.resolve(), dst.resolve()
+    if a == b:
+        why = "is the source"
+    elif a in b.parents:
+        why = "is inside the source"
+    elif b in a.parents:
+        why = "holds the source"
+    else:
+        return
+    shown = f"{dst} (= {b})" if str(b) != str(dst) else str(dst)
+    raise WriteRefused(
+        f"the destination {shown} {why} {src}: writing there would mix the two checkpoints; "
+        "choose a destination outside the source's directory tree"
+    )

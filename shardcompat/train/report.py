@@ -69,7 +69,7 @@ def format_bytes(n: float | None) -> str:
     raise AssertionError("unreachable")
 
 
-_COLUMNS = ("run", "backend", "rank", "params", "grads", "optim", "total", "on CPU", "peak RSS", "step")
+_COLUMNS = ("run", "backend", "rank", "counted after", "params", "grads", "optim", "total", "on CPU", "peak RSS", "step")
 
 
 def _rows(run: dict[str, Any], reference: dict[str, Any] | None) -> list[list[str]]:
@@ -79,7 +79,8 @@ def _rows(run: dict[str, Any], reference: dict[str, Any] | None) -> list[list[st
         if reference is not None and reference is not run:
             total += f" ({r['total'] / reference['ranks'][i]['total']:.2f}x)"
         rows.append([
-            run["label"], _served_by(run), str(r["rank"]), format_bytes(r["params"]), format_bytes(r["grads"]),
+            run["label"], _served_by(run), str(r["rank"]), r["state_phase"].removeprefix("after "),
+            format_bytes(r["params"]), format_bytes(r["grads"]),
             format_bytes(r["optim"]), total, format_bytes(r["cpu"]), format_bytes(r["peak_rss"]),
             f"{r['median_step_s'] * 1000:.1f} ms",
         ])
@@ -110,10 +111,15 @@ def render_table(report: dict[str, Any]) -> str:
             lines.append(f"{run['label']} on {run['backend']}: {note}")
     if "max_loss_diff" in report:
         lines.append(f"\nlargest loss difference vs plain DDP: {report['max_loss_diff']:.3g}")
-    legend = "state = bytes of unique storages this rank holds"
+    legend = "state = bytes of unique storages this rank holds, counted after the phase of the last step where they peak"
     if reference is not None:
         legend += "; (Nx) = total against the same rank of plain DDP"
     lines.append(f"({legend})")
+    if any(r["state_phase"] == "after forward" for run in runs for r in run["ranks"]):
+        lines.append(
+            "(counted after forward: no gradients exist yet, and zero_dp_2 holds the parameters gathered "
+            "whole for backward: hence grads 0 B next to full params)"
+        )
     return "\n".join(lines)
 
 
