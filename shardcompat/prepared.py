@@ -88,9 +88,20 @@ class Prepared(abc.ABC):
         norm and the clipping are the true gradients' (not 65536 times them), and ``step()``
         does not unscale again: the order torch's AMP recipe prescribes.
         """
-        if self.scaler is not None:
-            self.scaler.unscale_(self.optimizer)
+        self.unscale_()
         return self._clip_grad_norm(max_norm, norm_type)
+
+    def unscale_(self) -> None:
+        """Divide the gradients by fp16's loss scale, at most once between two optimizer steps.
+
+        Every caller that needs the true gradients goes through here (``clip_grad_norm_``, the
+        Trainer's clipping and grad-norm logging, a user's own ``scaler.unscale_`` first): the
+        scaler's record of this step says whether it already happened, so a second call is a
+        no-op instead of torch's "unscale_() has already been called" error (or, with a scaler
+        that does not check, gradients divided twice).  ``scaler.step`` then does not unscale again.
+        """
+        if self.scaler is not None and not unscaled(self.scaler, self.optimizer):
+            self.scaler.unscale_(self.optimizer)
 
     @abc.abstractmethod
     def _clip_grad_norm(self, max_norm: float, norm_type: float) -> torch.Tensor:
@@ -185,6 +196,20 @@ _WRAPPERS = re.compile(r"(?:^|(?<=\.))(?:_fsdp_wrapped_module|_checkpoint_wrappe
 def _original_name(name: str) -> str:
     """``name`` without the segments FSDP1, activation checkpointing and ``torch.compile`` insert."""
     return _WRAPPERS.sub("", name)
+
+
+def unscaled(scaler: Any, optimizer: torch.optim.Optimizer) -> bool:
+    """Whether ``scaler.unscale_(optimizer)`` already ran since the last ``scaler.update()``.
+
+    Read from the scaler's own per-optimizer record (torch's ``GradScaler`` and every
+    ``ShardedGradScaler`` built on it keep one, keyed by the optimizer's id, with the stage
+    ``OptState.UNSCALED``), so it is right whoever called ``unscale_``.
+    """
+    states = getattr(scaler, "_per_optimizer_states", None)
+    if not isinstance(states, dict) or id(optimizer) not in states:
+        return False
+    stage = states[id(optimizer)].get("stage")
+    return getattr(stage, "name", None) in ("UNSCALED", "STEPPED")
 
 
 def _local_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:

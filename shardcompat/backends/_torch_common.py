@@ -106,7 +106,7 @@ def sharded_grad_scaler(wanted: bool, placement: Placement) -> Any:
     """torch's ``ShardedGradScaler`` when fp16 needs one (a plain scaler sees one shard's infs)."""
     if not wanted:
         return None
-    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+    from ._scaler import ShardedGradScaler
 
     return ShardedGradScaler(device=device_type(placement), process_group=placement.process_group)
 

@@ -99,6 +99,14 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
     def _with_precision(self, options: ShardingOptions) -> ShardingOptions:
         """--fp16/--bf16 become the backend's mixed precision (and, for fp16, its grad scaler)."""
         wanted = Precision.FP16 if self.args.fp16 else Precision.BF16 if self.args.bf16 else None
+        if wanted is Precision.FP16 and not getattr(self.accelerator, "native_amp", True):
+            # Accelerate enables fp16 only where autocast and a grad scaler run (not on CPU):
+            # the release's own Trainer then trains in fp32, and so does the sharded run.
+            logger.warning(
+                "--fp16 on %s: Accelerate trains in fp32 here (no fp16 autocast or grad scaler), as the "
+                "release's own Trainer does; the sharded run does the same", self.args.device.type,
+            )
+            wanted = None
         if wanted is None or options.mixed_precision is wanted:
             return options
         if options.mixed_precision is not None:

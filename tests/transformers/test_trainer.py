@@ -26,6 +26,7 @@ from tests.transformers._runs import ACCUMULATE, STEPS, Case, Outcome, run_cases
 
 FP32_TOL = 1e-5
 BF16_TOL = 5e-2  # bf16 parameters (FSDP's mixed precision) against bf16 autocast (Accelerate's DDP)
+FP16_TOL = 1e-2  # relative: fp16 compute with a grad scaler against the reference
 STATE_TOL = 0.01  # of the model's bytes: Adam's step counters are a few bytes per parameter tensor
 FULL = os.environ.get("SHARDCOMPAT_TRANSFORMERS_GRID") == "full"
 
@@ -46,8 +47,18 @@ LEAN = [
          resume="weight-decay-simple"),
     Case("ddp-t5", model="t5"),
     Case("t5-zero_dp_3-auto_wrap", model="t5", sharded_ddp="zero_dp_3 auto_wrap", measure=True),
+    # --fp16 on CPU: Accelerate trains in fp32 (no autocast, no scaler), the sharded run too.
+    Case("ddp-gpt2-fp16", fp16=True),
+    Case("zero_dp_2-fp16", sharded_ddp="zero_dp_2", fp16=True),
+    # Real fp16 with the backend's grad scaler through the Trainer's clipping, grad-norm
+    # logging and Accelerate's optimizer step: the gradients are unscaled once a step.
+    Case("zero_dp_3-auto_wrap-fp16-scaled", sharded_ddp="zero_dp_3 auto_wrap mixed_precision=fp16"),
+    Case("simple-fp16-scaled-no-clip", sharded_ddp="simple mixed_precision=fp16", max_grad_norm=0),
+    Case("ddp-gpt2-clip0", max_grad_norm=0),
     Case("ddp-gpt2-bf16", bf16=True),
     Case("zero_dp_3-bf16", sharded_ddp="zero_dp_3", bf16=True),
+    Case("ddp-gpt2-bf16-clip0", bf16=True, max_grad_norm=0),
+    Case("zero_dp_2-bf16-no-clip", sharded_ddp="zero_dp_2", bf16=True, max_grad_norm=0),
 ]
 GRID = [
     Case("zero_dp_1", sharded_ddp="zero_dp_1", measure=True),
@@ -91,13 +102,14 @@ def _fairscale_installed() -> bool:
 def _cases() -> list[Case]:
     cases = list(LEAN)
     if FULL:
-        cases[-2:-2] = GRID + (FAIRSCALE if _fairscale_installed() else [])  # bf16 stays last (see _runs)
+        cases[-4:-4] = GRID + (FAIRSCALE if _fairscale_installed() else [])  # bf16 stays last (see _runs)
     return cases
 
 
 CASES = _cases()
 TRAINED = [c for c in CASES if c.sharded_ddp is not None and c.name not in REFUSED]
-FP32 = [c for c in TRAINED if not c.bf16]
+SCALED = [c for c in TRAINED if "mixed_precision=fp16" in (c.sharded_ddp or "")]  # real fp16 on CPU
+FP32 = [c for c in TRAINED if not c.bf16 and c not in SCALED]
 
 
 def _guard(rank: int, world: int, root: str) -> dict[str, Any]:
@@ -145,6 +157,11 @@ def _diff(a: list[float], b: list[float]) -> float:
     return max(abs(x - y) for x, y in zip(a, b))
 
 
+def _relative_diff(a: list[float], b: list[float]) -> float:
+    assert len(a) == len(b) and a, (a, b)
+    return max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(a, b))
+
+
 def _logged_tol(values: list[float], tol: float) -> float:
     """Releases up to 4.34 log the loss rounded to 4 decimals: allow that one rounding step."""
     return max(tol, 1e-4 + 1e-9) if all(v == round(v, 4) for v in values) else tol
@@ -158,18 +175,19 @@ def _resumed_from(case: Case) -> int:
 @pytest.mark.timeout(1600 if FULL else 420)
 @pytest.mark.parametrize("case", TRAINED, ids=lambda c: c.name)
 def test_every_micro_batch_loss_matches_the_ddp_trainer(runs: list[dict[str, Outcome]], case: Case) -> None:
-    tol = BF16_TOL if case.bf16 else FP32_TOL
+    tol = BF16_TOL if case.bf16 else FP16_TOL if case in SCALED else FP32_TOL
+    diff = _relative_diff if case in SCALED else _diff
     for rank, (got, want) in enumerate(zip(_ok(runs, case.name), _ok(runs, case.reference))):
         n = _resumed_from(case)
         assert len(got.losses) == n, f"rank {rank} trained {len(got.losses)} micro-batches, not {n}"
-        assert _diff(got.losses, want.losses[-n:]) <= tol, (rank, got.losses, want.losses)
+        assert diff(got.losses, want.losses[-n:]) <= tol, (rank, got.losses, want.losses)
         logged, wanted = got.logged, want.logged  # a resumed run's log starts with the checkpoint's
         assert len(logged) == STEPS, logged
         for key in ("loss", "grad_norm", "learning_rate"):  # grad_norm where the release logs it
             values, expected = [e[key] for e in logged if key in e], [e[key] for e in wanted if key in e]
             assert len(values) == len(expected) and (values or key != "loss"), (key, logged, wanted)
             if values:
-                assert _diff(values, expected) <= _logged_tol(values, tol), (key, values, expected)
+                assert diff(values, expected) <= _logged_tol(values, tol), (key, values, expected)
 
 
 @pytest.mark.timeout(60)
@@ -317,3 +335,22 @@ def test_launched_ranks_train_as_one_group_or_the_trainer_stops(job: list[tuple[
             assert "use_cpu=True" in guard["raised"]
         else:
             assert guard["raised"] is None
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("case", SCALED, ids=lambda c: c.name)
+def test_fp16_gradients_are_unscaled_exactly_once_a_step(runs: list[dict[str, Outcome]], case: Case) -> None:
+    """The Trainer clips (or only measures, max_grad_norm 0) and Accelerate steps through the
+    backend's scaler: each asks for unscaled gradients, and the scaler divides them once."""
+    for got in _ok(runs, case.name):
+        assert got.scaler.endswith("(the backend’s)"), got.scaler
+        assert got.unscales == [1] * STEPS, got.unscales  # 2 is the double division (or torch's error)
+        assert len(got.skipped) == STEPS, got.skipped
+
+
+@pytest.mark.timeout(60)
+def test_fp16_on_cpu_trains_in_fp32_as_the_release_does(runs: list[dict[str, Outcome]]) -> None:
+    """Accelerate has no fp16 autocast or grad scaler on CPU: neither has the sharded run."""
+    for got, want in zip(_ok(runs, "zero_dp_2-fp16"), _ok(runs, "ddp-gpt2-fp16")):
+        assert got.scaler.startswith("NoneType") and "float16" not in got.call, (got.scaler, got.call)
+        assert _diff(got.losses, want.losses) <= FP32_TOL, (got.losses, want.losses)
