@@ -82,10 +82,22 @@ def two_groups(params: Any) -> torch.optim.Optimizer:
     ], lr=1e-2)
 
 
+def hf_adafactor(params: Any) -> torch.optim.Optimizer:
+    """Transformers' Adafactor as ``--optim adafactor`` builds it (fixed learning rate)."""
+    from transformers.optimization import Adafactor
+
+    optimizer: torch.optim.Optimizer = Adafactor(params, lr=1e-2, scale_parameter=False, relative_step=False,
+                                                 warmup_init=False)
+    return optimizer
+
+
 OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
     "sgd": functools.partial(torch.optim.SGD, lr=0.05, momentum=0.9),
     "adamw": functools.partial(torch.optim.AdamW, lr=1e-2, weight_decay=0.01),
     "groups": two_groups,  # on backends whose optimizer sees the model's own parameters
+    "adagrad": functools.partial(torch.optim.Adagrad, lr=0.05),
+    "adafactor": functools.partial(torch.optim.Adafactor, lr=1e-2),
+    "hf-adafactor": hf_adafactor,
 }
 
 

@@ -37,6 +37,7 @@ class Case:
     bf16: bool = False
     fp16: bool = False  # on CPU Accelerate trains --fp16 in fp32 (stock and sharded alike)
     max_grad_norm: float = 1.0  # the release's default; 0 turns clipping off
+    optim: str = ""  # --optim (the release's default when empty)
     save_steps: int | None = None  # write checkpoint-N every N steps (and save_model at the end)
     resume: str | None = None  # resume from checkpoint-2 of the case with this name
     weight_decay: float = 0.0
@@ -48,7 +49,8 @@ class Case:
         precision = "-bf16" if self.bf16 else "-fp16" if self.fp16 else ""
         decay = "-weight-decay" if self.weight_decay else ""
         clip = "" if self.max_grad_norm == 1.0 else f"-clip{self.max_grad_norm:g}"
-        return f"ddp-{self.model}{precision}{decay}{clip}{'' if self.dropout else '-no-dropout'}"
+        optim = f"-{self.optim}" if self.optim else ""
+        return f"ddp-{self.model}{precision}{decay}{clip}{optim}{'' if self.dropout else '-no-dropout'}"
 
 
 @dataclass
@@ -121,6 +123,8 @@ def _arguments(case: Case, out: Path, stock: bool) -> Any:
         save_strategy="steps" if case.save_steps else "no", save_steps=case.save_steps or 500,
         bf16=case.bf16, fp16=case.fp16, max_grad_norm=case.max_grad_norm,
     )
+    if case.optim:
+        kwargs["optim"] = case.optim
     if seq2seq:
         kwargs.update(predict_with_generate=True, generation_max_length=SEQ - 2)
     if stock:

@@ -45,6 +45,10 @@ LEAN = [
     Case("weight-decay-simple", sharded_ddp="simple", weight_decay=0.01, save_steps=2),
     Case("weight-decay-resumed-on-fsdp1", sharded_ddp="zero_dp_2 backend=torch-fsdp1", weight_decay=0.01,
          resume="weight-decay-simple"),
+    # --optim adafactor: whole parameters on ZeRO-1 train it; FSDP2's DTensor shards cannot.
+    Case("ddp-gpt2-adafactor", optim="adafactor"),
+    Case("adafactor-simple", sharded_ddp="simple", optim="adafactor"),
+    Case("adafactor-zero_dp_2", sharded_ddp="zero_dp_2", optim="adafactor"),
     Case("ddp-t5", model="t5"),
     Case("t5-zero_dp_3-auto_wrap", model="t5", sharded_ddp="zero_dp_3 auto_wrap", measure=True),
     # --fp16 on CPU: Accelerate trains in fp32 (no autocast, no scaler), the sharded run too.
@@ -89,7 +93,7 @@ FAIRSCALE = [
          dropout=False),
 ]
 # Flat parameters hold weights and biases alike: refused before the first step.
-REFUSED = ["fairscale-fsdp-weight-decay"]
+REFUSED = ["fairscale-fsdp-weight-decay", "adafactor-zero_dp_2"]
 BACKEND = {"simple": "torch-zero", "zero_dp_1": "torch-zero", "zero_dp_2": "torch-fsdp2", "zero_dp_3": "torch-fsdp2"}
 
 
@@ -317,7 +321,7 @@ def test_the_trainers_parameter_groups_reach_every_backend(runs: list[dict[str, 
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("name", [c.name for c in CASES if c.name in REFUSED])
+@pytest.mark.parametrize("name", [c.name for c in CASES if c.name in REFUSED and "weight-decay" in c.name])
 def test_weight_decay_on_flattened_parameters_is_refused_before_training(runs: list[dict[str, Outcome]], name: str) -> None:
     for rank in runs:
         error = rank[name].error or ""
@@ -354,3 +358,12 @@ def test_fp16_on_cpu_trains_in_fp32_as_the_release_does(runs: list[dict[str, Out
     for got, want in zip(_ok(runs, "zero_dp_2-fp16"), _ok(runs, "ddp-gpt2-fp16")):
         assert got.scaler.startswith("NoneType") and "float16" not in got.call, (got.scaler, got.call)
         assert _diff(got.losses, want.losses) <= FP32_TOL, (got.losses, want.losses)
+
+
+@pytest.mark.timeout(60)
+def test_adafactor_on_fsdp2_is_refused_before_the_first_step(runs: list[dict[str, Outcome]]) -> None:
+    for rank in runs:
+        error = rank["adafactor-zero_dp_2"].error or ""
+        assert error.startswith("UnsupportedOptimizer: torch-fsdp2 ('zero_dp_2') cannot train Adafactor"), error
+        assert "factored second moments need whole 2-D parameters" in error and "backend=torch-zero" in error
+        assert rank["adafactor-zero_dp_2"].losses == []  # not one step
