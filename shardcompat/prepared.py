@@ -108,12 +108,20 @@ class Prepared(abc.ABC):
         """The backend's clip of the (unscaled) gradients by their global norm (collective)."""
 
     # ------------------------------------------------------------------ state
-    @abc.abstractmethod
     def full_state_dict(self, *, rank0_only: bool = True) -> dict[str, torch.Tensor]:
         """Full model state keyed by the original names, on CPU (collective).
 
-        With ``rank0_only`` the other ranks get ``{}``.
+        With ``rank0_only`` the other ranks get ``{}``.  A parameter the model shares between
+        modules (GPT-2's ``lm_head.weight`` tied to ``transformer.wte.weight``) is listed under
+        each of its names as one tensor, as ``module.state_dict()`` lists it: ``torch.save``
+        then writes it once, and ``save_pretrained`` drops the tied name as it does for the
+        unsharded model, so the files hold the keys a plain DDP run writes.
         """
+        return tie_shared(self.module, self._full_state_dict(rank0_only=rank0_only))
+
+    @abc.abstractmethod
+    def _full_state_dict(self, *, rank0_only: bool) -> dict[str, torch.Tensor]:
+        """The backend's gathered full state (its tensors may be separate copies of shared ones)."""
 
     @abc.abstractmethod
     def optimizer_state_dict(self, *, rank0_only: bool = True) -> dict[str, Any]:
@@ -196,6 +204,25 @@ _WRAPPERS = re.compile(r"(?:^|(?<=\.))(?:_fsdp_wrapped_module|_checkpoint_wrappe
 def _original_name(name: str) -> str:
     """``name`` without the segments FSDP1, activation checkpointing and ``torch.compile`` insert."""
     return _WRAPPERS.sub("", name)
+
+
+def tie_shared(module: torch.nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``state`` with every name of one shared parameter (or buffer) pointing at one tensor.
+
+    Which names share is read from the unwrapped ``module`` (``remove_duplicate=False`` lists
+    a tied parameter under each name); a name the backend left out is filled in from its twin.
+    """
+    if not state:
+        return state
+    shared: dict[int, list[str]] = {}
+    for name, tensor in [*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)]:
+        shared.setdefault(id(tensor), []).append(_original_name(name))
+    for names in shared.values():
+        present = [n for n in names if n in state]
+        if len(names) > 1 and present:
+            for name in names:
+                state[name] = state[present[0]]
+    return state
 
 
 def unscaled(scaler: Any, optimizer: torch.optim.Optimizer) -> bool:

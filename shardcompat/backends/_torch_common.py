@@ -156,7 +156,7 @@ class TorchPrepared(Prepared):
         full = getattr(norm, "full_tensor", None)
         return full() if full is not None else norm
 
-    def full_state_dict(self, *, rank0_only: bool = True) -> dict[str, torch.Tensor]:
+    def _full_state_dict(self, *, rank0_only: bool = True) -> dict[str, torch.Tensor]:
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
         state = get_model_state_dict(self.model, options=self._state_options(rank0_only))

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
 from ..backends._scaler import ShardedGradScaler as _TorchScaler
 
 __all__ = ["NativeShardedGradScaler", "fairscale_sharded_grad_scaler"]

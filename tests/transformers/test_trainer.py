@@ -15,6 +15,7 @@ checkpoint pairs.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -265,9 +266,43 @@ def test_save_model_gives_from_pretrained_the_ddp_weights(runs: list[dict[str, O
     loaded, reference = auto.from_pretrained(got.saved), auto.from_pretrained(want.saved)
     mine, theirs, initial = loaded.state_dict(), reference.state_dict(), build_model(case.model).state_dict()
     assert mine.keys() == theirs.keys()
+    assert _saved_keys(got.saved) == _saved_keys(want.saved)  # GPT-2's tied lm_head.weight not written twice
     assert max(float((mine[k] - theirs[k]).abs().max()) for k in mine) <= FP32_TOL
     assert max(float((mine[k] - initial[k]).abs().max()) for k in mine) > 1e-3, "training changed nothing"
     assert all(isinstance(v, torch.Tensor) for v in mine.values())
+
+
+def _saved_keys(folder: str | None) -> dict[str, list[str]]:
+    """Each weights file save_model wrote (safetensors or .bin) and the keys it holds."""
+    import torch
+    from safetensors import safe_open
+
+    assert folder is not None
+    found: dict[str, list[str]] = {}
+    for path in sorted(Path(folder).iterdir()):
+        if path.suffix == ".safetensors":
+            with safe_open(str(path), "pt") as f:
+                found[path.name] = sorted(f.keys())
+        elif path.suffix == ".bin" and path.name.startswith("pytorch_model"):  # not training_args.bin
+            found[path.name] = sorted(torch.load(path, weights_only=True))
+    assert found, f"no weights in {folder}"
+    return found
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("case", [c for c in FP32 if c.save_steps and c.model == "gpt2"], ids=lambda c: c.name)
+def test_the_portable_checkpoint_holds_the_tied_weight_once(runs: list[dict[str, Outcome]], case: Case) -> None:
+    """model.pt lists every name model.state_dict() lists, the tied two as one tensor."""
+    import torch
+
+    from tests.transformers._runs import build_model
+
+    got = _ok(runs, case.name)[0]
+    assert got.saved is not None
+    state = torch.load(Path(got.saved).parent / "checkpoint-2" / "shardcompat" / "model.pt", weights_only=True)
+    assert state.keys() == build_model("gpt2").state_dict().keys()
+    tied = state["lm_head.weight"], state["transformer.wte.weight"]
+    assert tied[0].untyped_storage().data_ptr() == tied[1].untyped_storage().data_ptr()
 
 
 @pytest.mark.timeout(60)
