@@ -4,6 +4,11 @@
 ``GradScaler`` uses a 0-d one.  Fused optimizers (AdamW with ``fused=True``, the Transformers
 Trainer's default on torch 2.8 and later) subtract that flag from their 0-d step counters,
 and the ``(1,)`` shape fails there: every fp16 step after ``unscale_`` (clipping) crashed.
+
+A fused optimizer is also trusted by ``GradScaler.step`` to skip an overflowed step itself
+(``_step_supports_amp_scaling``), and on FSDP2's DTensor parameters the fused kernel does not:
+the inf reached AdamW's moments and every later step overflowed too.  This scaler skips such
+a step itself, as it does for any other optimizer (the step is not called at all).
 """
 
 from __future__ import annotations
@@ -18,6 +23,16 @@ __all__ = ["ShardedGradScaler"]
 
 class ShardedGradScaler(_TorchShardedGradScaler):
     """torch's scaler (``found_inf`` all-reduced over the process group), 0-d inf flags."""
+
+    def step(self, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
+        fused = getattr(optimizer, "_step_supports_amp_scaling", False)
+        if not fused:
+            return super().step(optimizer, *args, **kwargs)
+        optimizer._step_supports_amp_scaling = False  # type: ignore[attr-defined]
+        try:
+            return super().step(optimizer, *args, **kwargs)
+        finally:
+            optimizer._step_supports_amp_scaling = fused  # type: ignore[attr-defined]
 
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
         super().unscale_(optimizer)
