@@ -44,6 +44,9 @@ class Prepared(abc.ABC):
         self.placement = placement
         self.scaler = scaler
         self.step_count = 0
+        # The names of each parameter the model shares between modules, read by prepare()
+        # before wrapping (fairscale FSDP flattens them out of ``module``); else from ``module``.
+        self.tied: list[list[str]] | None = None
 
     @property
     def backend(self) -> str:
@@ -117,7 +120,8 @@ class Prepared(abc.ABC):
         then writes it once, and ``save_pretrained`` drops the tied name as it does for the
         unsharded model, so the files hold the keys a plain DDP run writes.
         """
-        return tie_shared(self.module, self._full_state_dict(rank0_only=rank0_only))
+        tied = self.tied if self.tied is not None else shared_names(self.module)
+        return tie_shared(tied, self._full_state_dict(rank0_only=rank0_only))
 
     @abc.abstractmethod
     def _full_state_dict(self, *, rank0_only: bool) -> dict[str, torch.Tensor]:
@@ -206,22 +210,24 @@ def _original_name(name: str) -> str:
     return _WRAPPERS.sub("", name)
 
 
-def tie_shared(module: torch.nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """``state`` with every name of one shared parameter (or buffer) pointing at one tensor.
+def shared_names(module: torch.nn.Module) -> list[list[str]]:
+    """The names of each parameter (or buffer) ``module`` holds under more than one name.
 
-    Which names share is read from the unwrapped ``module`` (``remove_duplicate=False`` lists
-    a tied parameter under each name); a name the backend left out is filled in from its twin.
+    ``remove_duplicate=False`` lists a tied parameter under each of its names.
     """
-    if not state:
-        return state
     shared: dict[int, list[str]] = {}
     for name, tensor in [*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)]:
         shared.setdefault(id(tensor), []).append(_original_name(name))
-    for names in shared.values():
+    return [names for names in shared.values() if len(names) > 1]
+
+
+def tie_shared(tied: list[list[str]], state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``state`` with every name of one shared tensor pointing at one tensor; a name the
+    backend left out is filled in from its twin."""
+    for names in tied:
         present = [n for n in names if n in state]
-        if len(names) > 1 and present:
-            for name in names:
-                state[name] = state[present[0]]
+        for name in names if present else ():
+            state[name] = state[present[0]]
     return state
 
 
