@@ -73,6 +73,29 @@ class Outcome:
     error: str | None = None
 
 
+def fp16_without_gpu_refused() -> str | None:
+    """Why this release refuses ``--fp16`` without a GPU (4.x's ``TrainingArguments`` do), else None.
+
+    Releases that accept it run it in fp32 there (Accelerate has no fp16 on CPU), and so does
+    the sharded run; on a release that refuses it, the sharded arguments refuse it alike.
+    """
+    import tempfile
+
+    import transformers
+
+    if torch.cuda.is_available():
+        return None
+    try:
+        with tempfile.TemporaryDirectory() as out:
+            transformers.TrainingArguments(out, fp16=True, use_cpu=True, report_to="none")
+    except ValueError as error:
+        return f"this Transformers release refuses --fp16 without a GPU: {error}"
+    finally:
+        for name in [n for n in os.environ if n.startswith(("ACCELERATE_", "FSDP_"))]:
+            del os.environ[name]
+    return None
+
+
 def build_model(kind: str, dropout: bool = True) -> torch.nn.Module:
     import transformers
 
