@@ -18,6 +18,7 @@ from .options import (
     ShardingOptions,
     ShardingOptionsConflict,
     ShardingOptionsError,
+    ShardingOptionsWarning,
     Stage,
     parse_options,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "ShardingOptions",
     "ShardingOptionsConflict",
     "ShardingOptionsError",
+    "ShardingOptionsWarning",
     "Stage",
     "__version__",
     "add_sharded_ddp_argument",

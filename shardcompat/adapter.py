@@ -11,7 +11,7 @@ import torch.distributed as dist
 
 from .backends import OptimizerFactory, Placement, get, resolve
 from .options import OptionsInput, parse_options
-from .prepared import Prepared
+from .prepared import Prepared, shared_names
 
 __all__ = ["PrepareError", "placement_from_env", "prepare"]
 
@@ -98,4 +98,7 @@ def prepare(
     _check_model(model)
     placement = placement_from_env(device, process_group)
     plan = resolve(opts, backend, placement)
-    return get(plan.backend).wrap(model, factory, plan, placement)
+    tied = shared_names(model)  # before a backend flattens the parameters away
+    prepared = get(plan.backend).wrap(model, factory, plan, placement)
+    prepared.tied = tied
+    return prepared

@@ -74,6 +74,7 @@ def _info(args: argparse.Namespace) -> int:
 
 def _explain(args: argparse.Namespace) -> int:
     from .backends import Placement, assess, candidates
+    from .backends._optim import refused_optimizers
 
     options = parse_options(args.options)
     placement = Placement(
@@ -90,6 +91,7 @@ def _explain(args: argparse.Namespace) -> int:
             row["reason"] = found
         else:
             row.update(call=found.call, notes=list(found.notes), effective_stage=found.zero_stage)
+            row["refused_optimizers"] = refused_optimizers(name)
         rows.append(row)
     chosen = next((r["backend"] for r in rows if "call" in r), None)
     data = {
@@ -116,6 +118,8 @@ def _explain(args: argparse.Namespace) -> int:
             print(f"{mark} {row['backend']}:\n    {row['call']}")
             for note in row["notes"]:
                 print(f"    note: {note}")
+            if row["refused_optimizers"]:
+                print(f"    refuses: {'; '.join(row['refused_optimizers'])} (docs/optimizers.md)")
         else:
             reason = row["reason"]
             print(f"{mark} {row['backend']}: {reason[:1].upper()}{reason[1:].rstrip('.')}.")

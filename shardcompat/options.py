@@ -34,6 +34,7 @@ __all__ = [
     "ShardingOptions",
     "ShardingOptionsConflict",
     "ShardingOptionsError",
+    "ShardingOptionsWarning",
     "Stage",
     "Token",
     "Tunable",
@@ -124,6 +125,13 @@ class ShardingOptionsConflict(ShardingOptionsError):
     def __init__(self, message: str, *, rule: str, token: str | None = None) -> None:
         super().__init__(message, token=token)
         self.rule = rule
+
+
+class ShardingOptionsWarning(UserWarning):
+    """Options that parse, but not as written: a word given twice, or text with no words.
+
+    The message says what they became (the canonical form), so nothing changes silently.
+    """
 
 
 # --------------------------------------------------------------------------- vocabulary
@@ -693,27 +701,44 @@ def parse_options(value: OptionsInput, *, stacklevel: int = 2) -> ShardingOption
     if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
         return _legacy(bool(value), repr(bool(value)), stacklevel + 1)
     if isinstance(value, str):
-        source, words = value, _split(value)
+        source = value
     elif isinstance(value, Iterable) and not isinstance(value, (bytes, Mapping)):
         items = list(value)
         if not all(isinstance(item, str) for item in items):
             raise ShardingOptionsError(
                 f"sharding options must be strings, got {items!r}", token=repr(items)
             )
-        source, words = " ".join(items), [w for item in items for w in _split(item)]
+        # Words as a shell splits them (--sharded_ddp zero_dp_3 wrap=A, B) parse as the quoted
+        # text would: the same answer for the same input, quoted or not.
+        source = " ".join(items)
     else:
         raise ShardingOptionsError(
             f"sharding options must be a string, a list of strings or a bool, got {type(value).__name__}",
             token=repr(value),
         )
+    words = _split(source)
+    if not words and source.strip():
+        _warn(f"sharding options {source!r} hold no option (only separators): they mean off, plain DDP "
+              "(no sharding); leave them out (or pass None) for that", stacklevel + 1)
     if len(words) == 1 and _normalise(words[0]) in _LEGACY_TRUE | _LEGACY_FALSE:
         return _legacy(_normalise(words[0]) in _LEGACY_TRUE, repr(words[0]), stacklevel + 1)
-    return _from_words(words, source)
+    options, repeated = _from_words(words, source)
+    if repeated:
+        verb = "repeats" if len(repeated) == 1 else "repeat"
+        _warn(f"{', '.join(repr(w) for w in repeated)} {verb} what {source!r} already says; "
+              f"the options are '{options}'", stacklevel + 1)
+    return options
 
 
-def _from_words(words: list[str], source: str) -> ShardingOptions:
+def _warn(message: str, stacklevel: int) -> None:
+    warnings.warn(message, ShardingOptionsWarning, stacklevel=stacklevel + 1)
+
+
+def _from_words(words: list[str], source: str) -> tuple[ShardingOptions, list[str]]:
+    """The options, and the words that only repeat what an earlier word said."""
     found: dict[str, Any] = {}
     stage_from: str | None = None
+    repeated: list[str] = []
 
     def set_stage(stage: Stage | None, word: str) -> None:
         nonlocal stage_from
@@ -723,6 +748,8 @@ def _from_words(words: list[str], source: str) -> ShardingOptions:
                 rule="two-stages",
                 token=word,
             )
+        if stage_from is not None:
+            repeated.append(word)
         found["stage"], stage_from = stage, word
 
     for word in words:
@@ -749,6 +776,8 @@ def _from_words(words: list[str], source: str) -> ShardingOptions:
                     rule="repeated-setting",
                     token=word,
                 )
+            if key in found:
+                repeated.append(word)
             found[key] = parsed
             continue
         name = _normalise(word)
@@ -762,12 +791,14 @@ def _from_words(words: list[str], source: str) -> ShardingOptions:
         token = TOKENS.get(name)
         if token is None:
             raise _unknown(word, source, choices=_word_choices(), what="sharding option")
+        flags = [flag for flag in ("offload", "auto_wrap", "hybrid") if getattr(token, flag)]
+        if token.stage is None and flags and all(found.get(flag) for flag in flags):
+            repeated.append(word)
         if token.stage is not None:
             set_stage(token.stage, word)
-        for flag in ("offload", "auto_wrap", "hybrid"):
-            if getattr(token, flag):
-                found[flag] = True
+        for flag in flags:
+            found[flag] = True
     if "stage" in found and found["stage"] is None:
         found.pop("stage")  # stage=0: explicitly off
     known = {f.name for f in fields(ShardingOptions)}
-    return ShardingOptions(**{k: v for k, v in found.items() if k in known})
+    return ShardingOptions(**{k: v for k, v in found.items() if k in known}), repeated

@@ -44,6 +44,9 @@ class Prepared(abc.ABC):
         self.placement = placement
         self.scaler = scaler
         self.step_count = 0
+        # The names of each parameter the model shares between modules, read by prepare()
+        # before wrapping (fairscale FSDP flattens them out of ``module``); else from ``module``.
+        self.tied: list[list[str]] | None = None
 
     @property
     def backend(self) -> str:
@@ -88,21 +91,41 @@ class Prepared(abc.ABC):
         norm and the clipping are the true gradients' (not 65536 times them), and ``step()``
         does not unscale again: the order torch's AMP recipe prescribes.
         """
-        if self.scaler is not None:
-            self.scaler.unscale_(self.optimizer)
+        self.unscale_()
         return self._clip_grad_norm(max_norm, norm_type)
+
+    def unscale_(self) -> None:
+        """Divide the gradients by fp16's loss scale, at most once between two optimizer steps.
+
+        Every caller that needs the true gradients goes through here (``clip_grad_norm_``, the
+        Trainer's clipping and grad-norm logging, a user's own ``scaler.unscale_`` first): the
+        scaler's record of this step says whether it already happened, so a second call is a
+        no-op instead of torch's "unscale_() has already been called" error (or, with a scaler
+        that does not check, gradients divided twice).  ``scaler.step`` then does not unscale again.
+        """
+        if self.scaler is not None and not unscaled(self.scaler, self.optimizer):
+            self.scaler.unscale_(self.optimizer)
 
     @abc.abstractmethod
     def _clip_grad_norm(self, max_norm: float, norm_type: float) -> torch.Tensor:
         """The backend's clip of the (unscaled) gradients by their global norm (collective)."""
 
     # ------------------------------------------------------------------ state
-    @abc.abstractmethod
     def full_state_dict(self, *, rank0_only: bool = True) -> dict[str, torch.Tensor]:
         """Full model state keyed by the original names, on CPU (collective).
 
-        With ``rank0_only`` the other ranks get ``{}``.
+        With ``rank0_only`` the other ranks get ``{}``.  A parameter the model shares between
+        modules (GPT-2's ``lm_head.weight`` tied to ``transformer.wte.weight``) is listed under
+        each of its names as one tensor, as ``module.state_dict()`` lists it: ``torch.save``
+        then writes it once, and ``save_pretrained`` drops the tied name as it does for the
+        unsharded model, so the files hold the keys a plain DDP run writes.
         """
+        tied = self.tied if self.tied is not None else shared_names(self.module)
+        return tie_shared(tied, self._full_state_dict(rank0_only=rank0_only))
+
+    @abc.abstractmethod
+    def _full_state_dict(self, *, rank0_only: bool) -> dict[str, torch.Tensor]:
+        """The backend's gathered full state (its tensors may be separate copies of shared ones)."""
 
     @abc.abstractmethod
     def optimizer_state_dict(self, *, rank0_only: bool = True) -> dict[str, Any]:
@@ -185,6 +208,41 @@ _WRAPPERS = re.compile(r"(?:^|(?<=\.))(?:_fsdp_wrapped_module|_checkpoint_wrappe
 def _original_name(name: str) -> str:
     """``name`` without the segments FSDP1, activation checkpointing and ``torch.compile`` insert."""
     return _WRAPPERS.sub("", name)
+
+
+def shared_names(module: torch.nn.Module) -> list[list[str]]:
+    """The names of each parameter (or buffer) ``module`` holds under more than one name.
+
+    ``remove_duplicate=False`` lists a tied parameter under each of its names.
+    """
+    shared: dict[int, list[str]] = {}
+    for name, tensor in [*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)]:
+        shared.setdefault(id(tensor), []).append(_original_name(name))
+    return [names for names in shared.values() if len(names) > 1]
+
+
+def tie_shared(tied: list[list[str]], state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``state`` with every name of one shared tensor pointing at one tensor; a name the
+    backend left out is filled in from its twin."""
+    for names in tied:
+        present = [n for n in names if n in state]
+        for name in names if present else ():
+            state[name] = state[present[0]]
+    return state
+
+
+def unscaled(scaler: Any, optimizer: torch.optim.Optimizer) -> bool:
+    """Whether ``scaler.unscale_(optimizer)`` already ran since the last ``scaler.update()``.
+
+    Read from the scaler's own per-optimizer record (torch's ``GradScaler`` and every
+    ``ShardedGradScaler`` built on it keep one, keyed by the optimizer's id, with the stage
+    ``OptState.UNSCALED``), so it is right whoever called ``unscale_``.
+    """
+    states = getattr(scaler, "_per_optimizer_states", None)
+    if not isinstance(states, dict) or id(optimizer) not in states:
+        return False
+    stage = states[id(optimizer)].get("stage")
+    return getattr(stage, "name", None) in ("UNSCALED", "STEPPED")
 
 
 def _local_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:

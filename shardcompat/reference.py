@@ -42,6 +42,21 @@ def options_reference() -> str:
         "is accepted alone: a true value means `simple` and emits a `FutureWarning` naming the "
         "new spelling (`--sharded_ddp simple`); a false value, `\"\"` and `None` mean off.",
         "",
+        "### Empty and repeated options",
+        "",
+        "- `\"\"` means off (plain DDP), silently, as `None` does: it is Transformers' own default "
+        "for `sharded_ddp` and what `shardcompat-migrate` writes for `False`, so a warning would "
+        "fire on every default. Text that holds only separators (`\" , \"`) also means off, with "
+        "a `ShardingOptionsWarning` that says so.",
+        "- A word that repeats what an earlier one said (`zero_dp_2 zero_dp_2`, `offload offload`, "
+        "`zero_dp_3 full_shard`, the same `key=value` twice) is accepted once, with a "
+        "`ShardingOptionsWarning` naming the repeated words and the canonical form they became. "
+        "Two different stages, or one setting with two values, are refused (see the rules below).",
+        "- Words split by the shell (`--sharded_ddp zero_dp_3 wrap=A, B`) are read as the same "
+        "text quoted: every entry point (`parse_options`, `prepare()`, `shardcompat explain`, the "
+        "`--sharded_ddp` flag, the Transformers `TrainingArguments`) gives the same answer and the "
+        "same warnings; `tests/test_entry_points.py` checks it.",
+        "",
         "## Settings (`key=value`)",
         "",
         "| setting | values | FSDP modes only | meaning |",

@@ -71,7 +71,17 @@ class BlockModel(nn.Module):
         return self.head(self.blocks(self.embed(tokens)))
 
 
+class TiedModel(BlockModel):
+    """The BlockModel with its head tied to the embedding, as GPT-2's lm_head is."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = nn.Linear(DIM, VOCAB, bias=False)
+        self.head.weight = self.embed.weight
+
+
 MODELS: dict[str, Callable[[], nn.Module]] = {"mlp": MLP, "blocks": BlockModel}
+TIED: dict[str, Callable[[], nn.Module]] = {"tied": TiedModel}  # not in every matrix: tests ask for it
 def two_groups(params: Any) -> torch.optim.Optimizer:
     """AdamW with two parameter groups, as the Hugging Face Trainer builds it: weight decay on
     the matrices, none on biases and norms, which also get their own learning rate."""
@@ -82,22 +92,34 @@ def two_groups(params: Any) -> torch.optim.Optimizer:
     ], lr=1e-2)
 
 
+def hf_adafactor(params: Any) -> torch.optim.Optimizer:
+    """Transformers' Adafactor as ``--optim adafactor`` builds it (fixed learning rate)."""
+    from transformers.optimization import Adafactor
+
+    optimizer: torch.optim.Optimizer = Adafactor(params, lr=1e-2, scale_parameter=False, relative_step=False,
+                                                 warmup_init=False)
+    return optimizer
+
+
 OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
     "sgd": functools.partial(torch.optim.SGD, lr=0.05, momentum=0.9),
     "adamw": functools.partial(torch.optim.AdamW, lr=1e-2, weight_decay=0.01),
     "groups": two_groups,  # on backends whose optimizer sees the model's own parameters
+    "adagrad": functools.partial(torch.optim.Adagrad, lr=0.05),
+    "adafactor": functools.partial(torch.optim.Adafactor, lr=1e-2),
+    "hf-adafactor": hf_adafactor,
 }
 
 
 def build_model(name: str, seed: int = 0) -> nn.Module:
     torch.manual_seed(seed)
-    return MODELS[name]()
+    return {**MODELS, **TIED}[name]()
 
 
 def batch(model: str, rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Rank ``rank``'s batch at ``step``: different on every rank, the same in every run."""
     gen = torch.Generator().manual_seed(1000 * step + rank)
-    if model == "blocks":
+    if model in ("blocks", "tied"):
         tokens = torch.randint(0, VOCAB, (BATCH, SEQ + 1), generator=gen)
         return tokens[:, :-1], tokens[:, 1:]
     x = torch.randn(BATCH, DIM, generator=gen)
@@ -105,7 +127,7 @@ def batch(model: str, rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]
 
 
 def loss_fn(model: str, out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    if model == "blocks":
+    if model in ("blocks", "tied"):
         return nn.functional.cross_entropy(out.reshape(-1, VOCAB).float(), target.reshape(-1))
     return nn.functional.mse_loss(out.float(), target)
 

@@ -106,7 +106,7 @@ def sharded_grad_scaler(wanted: bool, placement: Placement) -> Any:
     """torch's ``ShardedGradScaler`` when fp16 needs one (a plain scaler sees one shard's infs)."""
     if not wanted:
         return None
-    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+    from ._scaler import ShardedGradScaler
 
     return ShardedGradScaler(device=device_type(placement), process_group=placement.process_group)
 
@@ -156,7 +156,7 @@ class TorchPrepared(Prepared):
         full = getattr(norm, "full_tensor", None)
         return full() if full is not None else norm
 
-    def full_state_dict(self, *, rank0_only: bool = True) -> dict[str, torch.Tensor]:
+    def _full_state_dict(self, *, rank0_only: bool = True) -> dict[str, torch.Tensor]:
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
         state = get_model_state_dict(self.model, options=self._state_options(rank0_only))

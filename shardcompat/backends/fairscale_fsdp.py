@@ -20,6 +20,7 @@ from ..prepared import Prepared
 from . import _fairscale_cpu
 from ._base import OptimizerFactory, Placement, Plan, Probe, UnsupportedOptions
 from ._fairscale_common import _cloned, accepts, grad_scaler, probe_fairscale, shard_clip_grad_norm_
+from ._optim import check_groups
 from ._wrap_policy import describe_rule, modules_to_wrap, wrap_rule
 
 __all__ = ["BACKEND", "FairscaleFsdp", "FairscaleFsdpPrepared"]
@@ -189,6 +190,7 @@ class FairscaleFsdp:
     ) -> Prepared:
         import importlib
 
+        check_groups(self.name, plan.options, model, optimizer)  # before flattening, as the factory sees them
         module = importlib.import_module(_FSDP)
         kwargs = dict(plan.settings["kwargs"])
         if "compute_dtype" in kwargs:
@@ -266,7 +268,7 @@ class FairscaleFsdpPrepared(Prepared):
         # Not FSDP.clip_grad_norm_: it moves the norm to CUDA.  Gradients are disjoint shards.
         return shard_clip_grad_norm_(self.model.parameters(), max_norm, norm_type, self.placement.process_group)
 
-    def full_state_dict(self, *, rank0_only: bool = True) -> dict[str, torch.Tensor]:
+    def _full_state_dict(self, *, rank0_only: bool = True) -> dict[str, torch.Tensor]:
         state = self.model.state_dict()
         if rank0_only and self.placement.rank != 0:
             return {}

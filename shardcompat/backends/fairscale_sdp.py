@@ -173,7 +173,7 @@ class FairscaleSdpPrepared(Prepared):
         owned = [to_rank.get(p, 0) == oss.rank for p in params]  # one the factory left out: rank 0
         return owner_clip_grad_norm_(params, owned, max_norm, norm_type, self.placement.process_group)
 
-    def full_state_dict(self, *, rank0_only: bool = True) -> dict[str, torch.Tensor]:
+    def _full_state_dict(self, *, rank0_only: bool = True) -> dict[str, torch.Tensor]:
         if rank0_only and self.placement.rank != 0:
             return {}
         return {k: v.detach().cpu().clone() for k, v in self.module.state_dict().items()}

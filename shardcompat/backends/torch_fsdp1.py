@@ -19,6 +19,7 @@ from torch import nn
 
 from ..options import Precision, Prefetch, ShardingOptions, Stage
 from ._base import OptimizerFactory, Placement, Plan, Probe, UnsupportedOptions
+from ._optim import check_groups, check_same_groups
 from ._torch_common import (
     TorchPrepared,
     call_text,
@@ -151,11 +152,14 @@ class TorchFSDP1Backend:
         from torch.distributed.fsdp import FullyShardedDataParallel
 
         settings = plan.settings
+        groups = check_groups(self.name, plan.options, model, optimizer)  # before FSDP1 flattens them
         args = _fsdp_args(plan.options, placement, settings["strategy"], settings["mesh"])
         wrapped = FullyShardedDataParallel(model, **{k: make(model) for k, (_, make) in args.items()})
         scaler = sharded_grad_scaler(settings["scaler"], placement)
+        optim = optimizer(wrapped.parameters())
+        check_same_groups(self.name, plan.options, groups, optim)
         return FSDP1Prepared(
-            model=wrapped, module=model, optimizer=optimizer(wrapped.parameters()),
+            model=wrapped, module=model, optimizer=optim,
             plan=plan, placement=placement, scaler=scaler,
         )
 

@@ -23,6 +23,7 @@ from torch import nn
 
 from ..options import Precision, Prefetch, ShardingOptions, Stage
 from ._base import OptimizerFactory, Placement, Plan, Probe, UnsupportedOptions
+from ._optim import check_optimizer
 from ._torch_common import (
     TorchPrepared,
     call_text,
@@ -187,8 +188,10 @@ class TorchFSDP2Backend:
             for unit, after in zip(units, units[1:]):
                 unit.set_modules_to_forward_prefetch([after])  # type: ignore[operator]
         scaler = sharded_grad_scaler(settings["scaler"], placement)
+        optim = optimizer(model.parameters())
+        check_optimizer(self.name, options, optim)  # before the first step
         return FSDP2Prepared(
-            model=model, module=model, optimizer=optimizer(model.parameters()),
+            model=model, module=model, optimizer=optim,
             plan=plan, placement=placement, scaler=scaler,
         )
 

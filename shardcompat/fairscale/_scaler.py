@@ -9,13 +9,18 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler as _TorchScaler
+
+from ..backends._scaler import ShardedGradScaler as _TorchScaler
 
 __all__ = ["NativeShardedGradScaler", "fairscale_sharded_grad_scaler"]
 
 
 class NativeShardedGradScaler(_TorchScaler):
-    """fairscale's signature on torch's scaler; the device is CUDA when there is one, else CPU."""
+    """fairscale's signature on torch's scaler; the device is CUDA when there is one, else CPU.
+
+    Unscaling is the caller's, once a step (``scaler.unscale_(optimizer)`` before clipping, or
+    ``scaler.step`` alone): a second ``unscale_`` raises, as fairscale's and torch's do.
+    """
 
     def __init__(
         self,

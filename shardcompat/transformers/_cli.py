@@ -68,7 +68,19 @@ def _run_here(script: str, argv: Sequence[str]) -> int:
             return done.code or 0
         print(done.code, file=sys.stderr)
         return 1
+    finally:
+        _leave_group()
     return 0
+
+
+def _leave_group() -> None:
+    """Destroy the process group the script's Trainer joined, as torch asks before exit: left to
+    the interpreter's shutdown, its threads can abort the process after training succeeded
+    ("terminate called without an active exception", seen on a loaded 2-core machine)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

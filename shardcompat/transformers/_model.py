@@ -45,9 +45,8 @@ class ShardedModule(nn.Module):
         return self.prepared.no_sync()
 
     def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
-        """Unscale (fp16) and clip by the global norm over all shards; the norm before clipping."""
-        if self.prepared.scaler is not None:
-            self.prepared.scaler.unscale_(self.prepared.optimizer)
+        """Unscale (fp16, once a step: :meth:`Prepared.unscale_`) and clip by the global norm
+        over all shards; the norm before clipping."""
         return self.prepared.clip_grad_norm_(max_norm, norm_type)
 
     def _get_name(self) -> str:

@@ -99,6 +99,14 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
     def _with_precision(self, options: ShardingOptions) -> ShardingOptions:
         """--fp16/--bf16 become the backend's mixed precision (and, for fp16, its grad scaler)."""
         wanted = Precision.FP16 if self.args.fp16 else Precision.BF16 if self.args.bf16 else None
+        if wanted is Precision.FP16 and not getattr(self.accelerator, "native_amp", True):
+            # Accelerate enables fp16 only where autocast and a grad scaler run (not on CPU):
+            # the release's own Trainer then trains in fp32, and so does the sharded run.
+            logger.warning(
+                "--fp16 on %s: Accelerate trains in fp32 here (no fp16 autocast or grad scaler), as the "
+                "release's own Trainer does; the sharded run does the same", self.args.device.type,
+            )
+            wanted = None
         if wanted is None or options.mixed_precision is wanted:
             return options
         if options.mixed_precision is not None:
@@ -153,14 +161,23 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
         if self._sharded_module is not None:
             return self._sharded_module
         from ..adapter import prepare
+        from ..backends._optim import UnsupportedOptimizer
 
         device = self.args.device
         ensure_group(device)
         module: nn.Module = self.model
         # Wrapping must not move the random stream (dropout) the run sees: fairscale FSDP draws from it.
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            prepared = prepare(module, self._optimizer_factory(module), self._sharding, backend=self._sharding_backend,
-                               device=device if device.type == "cuda" else "cpu")  # Accelerate says cpu:0
+            try:
+                prepared = prepare(module, self._optimizer_factory(module), self._sharding,
+                                   backend=self._sharding_backend,
+                                   device=device if device.type == "cuda" else "cpu")  # Accelerate says cpu:0
+            except UnsupportedOptimizer as error:
+                raise _refuse(
+                    str(error).rstrip("."),
+                    f"With the Trainer: --optim chooses another optimizer; --weight_decay 0 makes the "
+                    f"Trainer's two groups one (weight_decay={self.args.weight_decay} now)",
+                ) from error
         if hasattr(module, "generate"):
             _generate_on_shards(prepared)
         self.prepared = prepared
@@ -177,11 +194,12 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
         return self._sharded_module
 
     def _optimizer_factory(self, module: nn.Module) -> Any:
-        """``params -> optimizer`` for ``prepare``: the Trainer's own optimizer, on the shards."""
-        # Whether the Trainer's groups differ, read before a backend flattens the parameters away.
-        decay = set(self.get_decay_parameter_names(module))
-        trained = [n for n, p in module.named_parameters() if p.requires_grad]
-        decay_differs = bool(self.args.weight_decay) and 0 < sum(n in decay for n in trained) < len(trained)
+        """``params -> optimizer`` for ``prepare``: the Trainer's own optimizer, on the shards.
+
+        Backends check what it builds before the first step (``backends._optim``): fairscale
+        FSDP refuses the Trainer's two groups when their weight decay differs, FSDP refuses
+        Adafactor; :meth:`_shard` turns that into the Trainer's own refusal.
+        """
 
         def build(params: Any) -> torch.optim.Optimizer:
             params = list(params)
@@ -197,15 +215,7 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
                     self.optimizer, self._building_optimizer = saved, False
                 return optimizer
             # Flat parameters (fairscale FSDP), each holding weights, biases and norms alike:
-            # one group, which is the Trainer's two only when the decay is the same for all.
-            if decay_differs:
-                raise _refuse(
-                    "the backend hands the optimizer flattened parameters (fairscale FSDP does), each "
-                    "holding weights, biases and norms alike, so the Trainer's group without weight decay "
-                    f"cannot be kept and weight_decay={self.args.weight_decay} would apply to every parameter",
-                    "Set --weight_decay 0, or use a backend that keeps the parameters "
-                    "(torch-fsdp2 for zero_dp_2/zero_dp_3, torch-zero or fairscale-sdp for simple/zero_dp_1).",
-                )
+            # one group, which is the Trainer's two because the backend found their decay the same.
             cls, kwargs = self._optimizer_class_and_kwargs(module)
             if accepts(cls, "weight_decay"):
                 kwargs = {"weight_decay": self.args.weight_decay, **kwargs}

@@ -35,7 +35,9 @@ class Case:
     sharded_ddp: str | None = None
     backend: str = "auto"
     bf16: bool = False
-    fp16: bool = False  # CUDA only
+    fp16: bool = False  # on CPU Accelerate trains --fp16 in fp32 (stock and sharded alike)
+    max_grad_norm: float = 1.0  # the release's default; 0 turns clipping off
+    optim: str = ""  # --optim (the release's default when empty)
     save_steps: int | None = None  # write checkpoint-N every N steps (and save_model at the end)
     resume: str | None = None  # resume from checkpoint-2 of the case with this name
     weight_decay: float = 0.0
@@ -46,7 +48,9 @@ class Case:
     def reference(self) -> str:
         precision = "-bf16" if self.bf16 else "-fp16" if self.fp16 else ""
         decay = "-weight-decay" if self.weight_decay else ""
-        return f"ddp-{self.model}{precision}{decay}{'' if self.dropout else '-no-dropout'}"
+        clip = "" if self.max_grad_norm == 1.0 else f"-clip{self.max_grad_norm:g}"
+        optim = f"-{self.optim}" if self.optim else ""
+        return f"ddp-{self.model}{precision}{decay}{clip}{optim}{'' if self.dropout else '-no-dropout'}"
 
 
 @dataclass
@@ -64,7 +68,32 @@ class Outcome:
     manifest: dict[str, Any] = field(default_factory=dict)  # checkpoint-2's portable manifest
     scaler: str = ""  # the grad scaler Accelerate's backward and step use, and whether it is the backend's
     groups: list[float] = field(default_factory=list)  # the sharded optimizer's groups' weight decay
+    unscales: list[int] = field(default_factory=list)  # fp16: gradient unscalings before each optimizer step
+    skipped: list[bool] = field(default_factory=list)  # fp16: whether the grad scaler skipped each step
     error: str | None = None
+
+
+def fp16_without_gpu_refused() -> str | None:
+    """Why this release refuses ``--fp16`` without a GPU (4.x's ``TrainingArguments`` do), else None.
+
+    Releases that accept it run it in fp32 there (Accelerate has no fp16 on CPU), and so does
+    the sharded run; on a release that refuses it, the sharded arguments refuse it alike.
+    """
+    import tempfile
+
+    import transformers
+
+    if torch.cuda.is_available():
+        return None
+    try:
+        with tempfile.TemporaryDirectory() as out:
+            transformers.TrainingArguments(out, fp16=True, use_cpu=True, report_to="none")
+    except ValueError as error:
+        return f"this Transformers release refuses --fp16 without a GPU: {error}"
+    finally:
+        for name in [n for n in os.environ if n.startswith(("ACCELERATE_", "FSDP_"))]:
+            del os.environ[name]
+    return None
 
 
 def build_model(kind: str, dropout: bool = True) -> torch.nn.Module:
@@ -115,8 +144,10 @@ def _arguments(case: Case, out: Path, stock: bool) -> Any:
         per_device_eval_batch_size=BATCH, gradient_accumulation_steps=ACCUMULATE, learning_rate=LR,
         weight_decay=case.weight_decay, logging_steps=1, seed=0, report_to="none", disable_tqdm=True,
         save_strategy="steps" if case.save_steps else "no", save_steps=case.save_steps or 500,
-        bf16=case.bf16, fp16=case.fp16,
+        bf16=case.bf16, fp16=case.fp16, max_grad_norm=case.max_grad_norm,
     )
+    if case.optim:
+        kwargs["optim"] = case.optim
     if seq2seq:
         kwargs.update(predict_with_generate=True, generation_max_length=SEQ - 2)
     if stock:
@@ -183,6 +214,32 @@ def _probe_state(trainer: Any, outcome: Outcome) -> None:
     prepared.optimizer.register_step_post_hook(after_step)
 
 
+def _count_unscales(trainer: Any, outcome: Outcome) -> None:
+    """How often the grad scaler really divides the gradients before each optimizer step
+    (its ``_unscale_grads_``, whoever asked), and whether the step was skipped."""
+    import transformers
+
+    scaler = trainer.prepared.scaler
+    if scaler is None:
+        return
+    inner = scaler._unscale_grads_
+    seen = {"now": 0}
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        seen["now"] += 1
+        return inner(*args, **kwargs)
+
+    scaler._unscale_grads_ = counted
+
+    class Steps(transformers.TrainerCallback):  # type: ignore[misc]
+        def on_step_end(self, *_: Any, **__: Any) -> None:  # after the step, taken or skipped
+            outcome.unscales.append(seen["now"])
+            outcome.skipped.append(bool(trainer.accelerator.optimizer_step_was_skipped))
+            seen["now"] = 0
+
+    trainer.add_callback(Steps())
+
+
 def _count_no_sync(trainer: Any, outcome: Outcome) -> None:
     inner = trainer.prepared.no_sync
 
@@ -220,6 +277,7 @@ def run(case: Case, root: Path) -> Outcome:
         def on_train_begin(self, *_: Any, **__: Any) -> None:
             if trainer.prepared is not None:
                 _count_no_sync(trainer, outcome)
+                _count_unscales(trainer, outcome)
                 if case.measure:
                     _probe_state(trainer, outcome)
 
