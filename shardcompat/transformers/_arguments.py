@@ -166,6 +166,13 @@ class _CanonicalShardedDDPAction(ShardedDDPAction):
         setattr(namespace, self.dest, str(getattr(namespace, self.dest)))
 
 
+class _SharedFieldsNamespace(argparse.Namespace):
+    """Deleting a name twice is fine: the script's dataclass took its value, TrainingArguments wants it too."""
+
+    def __delattr__(self, name: str) -> None:
+        self.__dict__.pop(name, None)
+
+
 class HfArgumentParser(_hf.HfArgumentParser):  # type: ignore[misc,name-defined]
     """The installed ``HfArgumentParser``; every dataclass field named ``sharded_ddp`` takes all spellings.
 
@@ -174,8 +181,24 @@ class HfArgumentParser(_hf.HfArgumentParser):  # type: ignore[misc,name-defined]
     ``TrainingArguments``) gets the bare flag, booleans and unquoted words too.
     """
 
-    @staticmethod
-    def _parse_dataclass_field(parser: argparse.ArgumentParser, field: dataclasses.Field[Any]) -> None:
+    def __init__(self, dataclass_types: Any = None, **kwargs: Any) -> None:
+        # A 4.x field the script's own dataclass declares (a ported script's overwrite_output_dir)
+        # is the script's: the drop-in TrainingArguments leave that flag to it.
+        types_: list[Any] = [dataclass_types] if dataclasses.is_dataclass(dataclass_types) else list(dataclass_types or [])
+        self._scripts_own = legacy_field_names() & {
+            f.name for t in types_ if not (isinstance(t, type) and issubclass(t, TrainingArguments))
+            for f in dataclasses.fields(t)
+        }
+        super().__init__(dataclass_types, **kwargs)
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        if namespace is None and self._scripts_own:
+            namespace = _SharedFieldsNamespace()
+        return super().parse_known_args(args, namespace)
+
+    def _parse_dataclass_field(self, parser: argparse.ArgumentParser, field: dataclasses.Field[Any]) -> None:
+        if field.name in getattr(self, "_scripts_own", ()) and "Transformers 4.x" in field.metadata.get("help", ""):
+            return
         if field.name == "sharded_ddp" and "action" not in field.metadata:
             field = copy.copy(field)
             field.metadata = types.MappingProxyType(

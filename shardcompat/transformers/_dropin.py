@@ -37,8 +37,8 @@ def install() -> list[tuple[Any, str, Any]]:
     """Put the drop-ins and the 4.x names in place; returns what :func:`uninstall` undoes."""
     from . import _legacy
 
+    replaced: list[tuple[Any, str, Any]] = _legacy.install()  # first: it settles which module is `transformers`
     transformers = load()
-    replaced: list[tuple[Any, str, Any]] = _legacy.install()
     for name, ours in _ours().items():
         original = getattr(transformers, name)
         if original is ours:

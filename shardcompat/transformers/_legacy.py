@@ -77,8 +77,14 @@ def _spelling(row: LegacyName) -> str:
 
 
 # ---------------------------------------------------------------------- TrainingArguments
+def _release(name: str) -> Any:
+    """The installed release's own class ``name`` (under ``shardcompat run`` the module holds the drop-in)."""
+    return next(c for c in getattr(load(), name).__mro__ if c.__module__.split(".")[0] == "transformers")
+
+
+@functools.cache
 def _missing_fields() -> tuple[LegacyName, ...]:
-    base = load().TrainingArguments
+    base = _release("TrainingArguments")
     return tuple(r for r in FIELDS if not has_field(base, r.name))
 
 
@@ -91,7 +97,9 @@ def legacy_fields() -> type:
         }))
         for r in _missing_fields()
     ]
-    return dataclasses.make_dataclass("LegacyTrainingArguments", fields)
+    cls = dataclasses.make_dataclass("LegacyTrainingArguments", fields)
+    cls.__module__ = __name__
+    return cls
 
 
 def _given(args: Any, r: LegacyName) -> Any:
@@ -181,7 +189,7 @@ def _mentions(fn: Any, name: str) -> bool:
 
 @functools.cache
 def _trainer_rows() -> tuple[LegacyName, ...]:
-    init = load().Trainer.__init__
+    init = _release("Trainer").__init__
     return tuple(r for r in by_kind(Kind.TRAINER) if not _mentions(init, r.name))
 
 
@@ -205,7 +213,7 @@ def add_trainer_attributes(cls: type) -> None:
     for r in _trainer_rows():
         new = r.new
         assert new is not None
-        if hasattr(load().Trainer, r.name):
+        if hasattr(_release("Trainer"), r.name):
             continue
 
         def get(self: Any, r: LegacyName = r, new: str = new) -> Any:
@@ -242,10 +250,12 @@ def _function(r: LegacyName, module: Any) -> Callable[..., Any]:
     return served
 
 
-def _from_pretrained_owners() -> list[type]:
+def _from_pretrained_owners() -> list[Any]:
     transformers = load()
+    # Not AutoProcessor & co.: touching them makes 5.25 put a second `transformers` module into
+    # sys.modules, so that what install() adds would land on a module the script never sees.
     names = ("PreTrainedModel", "PreTrainedConfig", "PretrainedConfig", "PreTrainedTokenizerBase",
-             "AutoConfig", "AutoTokenizer", "AutoProcessor", "AutoFeatureExtractor", "AutoImageProcessor")
+             "AutoConfig", "AutoTokenizer")
     owners = [getattr(transformers, n) for n in names if isinstance(getattr(transformers, n, None), type)]
     auto = load("transformers.models.auto.auto_factory")
     owners += [c for c in (getattr(auto, "_BaseAutoModelClass", None),) if c is not None]
@@ -270,6 +280,9 @@ def _serve_keywords(rows: list[LegacyName], method: classmethod) -> classmethod:
 
 def install() -> list[tuple[Any, str, Any]]:
     """Add what the installed release lacks; ``(owner, name, previous or _ABSENT)`` for :func:`uninstall`."""
+    # Importing processing_utils (the Trainer does) runs transformers/__init__.py again on 5.x,
+    # which puts a new `transformers` module into sys.modules: add the names to that one.
+    load("transformers.processing_utils")
     transformers = load()
     done: list[tuple[Any, str, Any]] = []
     for kind, module in ((Kind.TOP_LEVEL, transformers), (Kind.UTILS, load("transformers.utils"))):

@@ -181,3 +181,30 @@ def test_every_row_has_a_way_it_is_served() -> None:
         assert r.served in Served and r.reason
         if r.served in (Served.RENAMED, Served.MAPPED) and r.kind is Kind.FIELD:
             assert r.new, r
+
+
+def test_a_scripts_own_field_of_a_legacy_name_is_the_scripts() -> None:
+    """A ported script that declares overwrite_output_dir itself parses as on stock 5.x (no clash)."""
+
+    @dataclasses.dataclass
+    class DataArguments:
+        overwrite_output_dir: bool = False
+
+    parser = sct.HfArgumentParser((DataArguments, sct.TrainingArguments))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        data, args = parser.parse_args_into_dataclasses(["--output_dir", "o", "--overwrite_output_dir"])
+    assert data.overwrite_output_dir is True and args.overwrite_output_dir is False
+    assert not [w for w in caught if issubclass(w.category, FutureWarning)]
+
+
+def test_the_layer_probes_the_release_not_the_dropin_in_its_place() -> None:
+    """Under shardcompat run transformers.TrainingArguments/Trainer are the drop-ins; the probe must not see them."""
+    import sys
+
+    with sct.dropins():  # (5.x may have put a new `transformers` module into sys.modules: see _legacy.install)
+        assert sys.modules["transformers"].TrainingArguments is sct.TrainingArguments
+        assert [r.name for r in _legacy._missing_fields()] == [r.name for r in MISSING]
+        assert [r.name for r in _legacy._trainer_rows()] == ["tokenizer"]
+        args, warned = _parse("--evaluation_strategy", "steps")
+        assert str(args.eval_strategy.value) == "steps" and len(warned) == 1
