@@ -161,8 +161,8 @@ def test_install_adds_the_removed_names_and_uninstall_takes_them_away(tmp_path: 
     with pytest.raises(TypeError, match="use_auth_token"):
         transformers.GPT2LMHeadModel.from_pretrained(tmp_path, use_auth_token=None)  # stock 5.x
     with sct.dropins():
-        from transformers import is_tf_available, is_torch_tpu_available
-        from transformers.utils import send_example_telemetry
+        from transformers import is_tf_available, is_torch_tpu_available  # type: ignore[attr-defined]
+        from transformers.utils import send_example_telemetry  # type: ignore[attr-defined]
 
         with pytest.warns(FutureWarning, match="is_torch_xla_available"):
             assert is_torch_tpu_available() == transformers.is_torch_xla_available()

@@ -52,7 +52,15 @@ COMMON = [
 ]
 
 
+# On a release that still has the 4.30 API (4.34.1 in the nox session) the reference is the
+# script itself, unported: there the layer must change nothing.
+LEGACY_RELEASE = hasattr(transformers, "is_torch_tpu_available")
+EVAL_FLAG = "--evaluation_strategy" if LEGACY_RELEASE else "--eval_strategy"
+
+
 def port(source: str) -> str:
+    if LEGACY_RELEASE:
+        return source
     for old, new, count in PORT:
         assert source.count(old) == count, old
         source = source.replace(old, new)
@@ -107,7 +115,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     ported.write_text(port((SCRIPTS / "run_glue_legacy.py").read_text()))
     results = {"stock": _run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(ported),
-         *data, *COMMON, "--eval_strategy", "steps", "--use_cpu", "--output_dir", str(root / "stock")],
+         *data, *COMMON, EVAL_FLAG, "steps", "--use_cpu", "--output_dir", str(root / "stock")],
         root / "stock")}
     for name, words in SHARDINGS.items():
         out = root / name
@@ -149,6 +157,7 @@ def test_the_legacy_script_runs_unchanged_and_trains_as_stock_ddp(runs: dict[str
     assert (sharded / "tokenizer.json").exists()  # Trainer(tokenizer=) saved it, as processing_class does
 
 
+@pytest.mark.skipif(LEGACY_RELEASE, reason="this release has the 4.30 API itself: nothing to serve, nothing warns")
 def test_each_legacy_name_warned_with_its_replacement(runs: dict[str, dict[str, Any]]) -> None:
     name = next(iter(SHARDINGS))
     output = runs[name]["output"]
