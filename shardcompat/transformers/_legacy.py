@@ -23,6 +23,7 @@ import dataclasses
 import functools
 import inspect
 import os
+import sys
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -178,8 +179,8 @@ def legacy_field_names() -> frozenset[str]:
 
 # ---------------------------------------------------------------------- Trainer
 def _mentions(fn: Any, name: str) -> bool:
-    """Whether the installed function knows ``name`` (a parameter, or popped from ``**kwargs``)."""
-    if name in getattr(inspect.signature(fn), "parameters", {}):
+    """Whether the installed function (or module) knows ``name`` (a parameter, or popped from ``**kwargs``)."""
+    if callable(fn) and name in inspect.signature(fn).parameters:
         return True
     try:
         return f'"{name}"' in inspect.getsource(fn) or f"'{name}'" in inspect.getsource(fn)
@@ -295,7 +296,8 @@ def install() -> list[tuple[Any, str, Any]]:
         method = vars(owner)["from_pretrained"]
         if not isinstance(method, classmethod):
             continue
-        missing = [r for r in rows if not _mentions(method.__func__, r.name)]
+        # The module, not the method: 4.x releases pop use_auth_token in helpers the method calls.
+        missing = [r for r in rows if not _mentions(sys.modules[owner.__module__], r.name)]
         if missing:
             owner.from_pretrained = _serve_keywords(missing, method)
             done.append((owner, "from_pretrained", method))

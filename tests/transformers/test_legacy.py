@@ -22,7 +22,10 @@ from shardcompat.transformers.legacy_table import FIELDS, ROWS, Kind, Served, by
 
 STOCK_FIELDS = {f.name for f in dataclasses.fields(transformers.TrainingArguments)}
 MISSING = [r for r in FIELDS if r.name not in STOCK_FIELDS]
-pytestmark = pytest.mark.skipif(not MISSING, reason="this Transformers still has every 4.x field: the layer is inert")
+pytestmark = pytest.mark.skipif(
+    "evaluation_strategy" in STOCK_FIELDS,
+    reason="this Transformers has the 4.30 API itself (test_legacy_inert.py checks the layer leaves it alone)",
+)
 
 
 @pytest.fixture(autouse=True)

@@ -34,18 +34,18 @@ def test_the_fields_served_are_the_fields_the_release_lacks() -> None:
 
 def test_install_patches_only_what_the_release_lacks() -> None:
     lacking = {r.name for r in by_kind(Kind.TOP_LEVEL) if not hasattr(transformers, r.name)}
-    with sct.dropins():
-        module = sys.modules["transformers"]
-        added = {r.name for r in by_kind(Kind.TOP_LEVEL) if r.name in vars(module)}
-        wrapped = [c.__name__ for c in _legacy._from_pretrained_owners()
-                   if getattr(vars(c)["from_pretrained"], "__func__", None) is not None
-                   and hasattr(vars(c)["from_pretrained"].__func__, "__wrapped__")]
-    release_has_token_keyword = "use_auth_token" in inspect.getsource(transformers.PreTrainedModel.from_pretrained)
-    if release_has_token_keyword:  # 4.x: from_pretrained still takes use_auth_token
-        assert wrapped == []
+    release_takes_use_auth_token = "use_auth_token" in inspect.getsource(sys.modules[transformers.PreTrainedModel.__module__])
+    done = _legacy.install()
+    try:
+        added = {name for owner, name, _ in done if owner is sys.modules["transformers"]}
+        wrapped = {owner.__name__ for owner, name, _ in done if name == "from_pretrained"}
+    finally:
+        _legacy.uninstall(done)
+    assert added == lacking
+    if release_takes_use_auth_token:  # 4.x: from_pretrained still takes use_auth_token
+        assert wrapped == set()
     else:
         assert "PreTrainedModel" in wrapped
-    assert added == lacking
 
 
 def test_trainer_keywords_are_left_alone_where_the_release_has_them() -> None:
