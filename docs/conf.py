@@ -1,4 +1,4 @@
-"""Sphinx configuration; the option reference is generated from the vocabulary at build time."""
+"""Sphinx configuration; the option reference and the Transformers legacy-names table are generated at build time."""
 
 from __future__ import annotations
 
@@ -22,10 +22,12 @@ def _generate(_app: object) -> None:
 
     out = HERE / "_generated"
     out.mkdir(exist_ok=True)
-    text = options_reference()
-    target = out / "options.md"
-    if not target.exists() or target.read_text() != text:
-        target.write_text(text)
+    from shardcompat.transformers.legacy_reference import legacy_reference
+
+    for name, text in (("options.md", options_reference()), ("transformers-legacy.md", legacy_reference())):
+        target = out / name
+        if not target.exists() or target.read_text() != text:
+            target.write_text(text)
 
 
 def setup(app: object) -> None:

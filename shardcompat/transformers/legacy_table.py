@@ -1,8 +1,8 @@
 """The 4.x Trainer-script names that Transformers renamed or removed, and how shardcompat serves each.
 
 Plain data, importable without Transformers: the runtime layer (:mod:`._legacy`, under
-``shardcompat run``), ``shardcompat-migrate --transformers-legacy`` and the generated docs page
-all read this one table, so what runs unchanged and what migrates cannot disagree.
+``shardcompat run``) and the generated docs page read this one table, and a migration rule over
+the same names is meant to import it too, so what runs unchanged and what migrates cannot disagree.
 
 Derived from the releases themselves: the ``TrainingArguments`` fields, ``Trainer.__init__``
 keywords, ``HfArgumentParser`` flags and top-level / ``transformers.utils`` names of 4.30.2

@@ -172,4 +172,4 @@ def test_each_legacy_name_warned_with_its_replacement(runs: dict[str, dict[str, 
     ]:
         line = next((ln for ln in output.splitlines() if spelling in ln and "FutureWarning" in ln), None)
         assert line is not None and replacement in line, (spelling, output[-3000:])
-        assert "shardcompat-migrate --transformers-legacy" in line
+        assert "docs/transformers-legacy.md" in line
