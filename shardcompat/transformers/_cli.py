@@ -20,7 +20,10 @@ DESCRIPTION = (
     "Run an unmodified Hugging Face Trainer script: inside it, transformers.TrainingArguments, "
     "Seq2SeqTrainingArguments, Trainer, Seq2SeqTrainer and HfArgumentParser are shardcompat's "
     "drop-ins, so --sharded_ddp (any spelling) shards the model with shardcompat.prepare on the "
-    "torch (or fairscale) installed today."
+    "torch (or fairscale) installed today. The other Transformers 4.x names the installed release "
+    "removed (--evaluation_strategy, --overwrite_output_dir, Trainer(tokenizer=), "
+    "from_pretrained(use_auth_token=), is_torch_tpu_available, ...) are served as "
+    "docs/transformers-legacy.md says, each with a FutureWarning naming today's spelling."
 )
 
 
