@@ -71,7 +71,17 @@ def _run_here(script: str, argv: Sequence[str]) -> int:
             return done.code or 0
         print(done.code, file=sys.stderr)
         return 1
+    finally:
+        _close_process_group()
     return 0
+
+
+def _close_process_group() -> None:
+    """Destroy the group the script's Trainer opened: a gloo group left to interpreter shutdown
+    can abort a rank ("terminate called without an active exception") after the work is done."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
