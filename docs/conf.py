@@ -1,5 +1,5 @@
-"""Sphinx configuration; the option reference (docs/options.md, committed) is regenerated from the
-vocabulary at build time."""
+"""Sphinx configuration; the option reference and the Transformers legacy-names table (both
+committed, so a clone shows them) are regenerated from the code at build time."""
 
 from __future__ import annotations
 
@@ -19,13 +19,15 @@ html_theme = "alabaster"
 
 
 def _generate(_app: object) -> None:
-    """Refresh docs/options.md (committed, so that a clone shows it) from the vocabulary."""
+    """Refresh docs/options.md and docs/transformers-legacy.md from the code's tables."""
     from shardcompat.reference import options_reference
 
-    text = options_reference()
-    target = HERE / "options.md"
-    if not target.exists() or target.read_text() != text:
-        target.write_text(text)
+    from shardcompat.transformers.legacy_reference import legacy_reference
+
+    for target, text in ((HERE / "options.md", options_reference()),
+                         (HERE / "transformers-legacy.md", legacy_reference())):
+        if not target.exists() or target.read_text() != text:
+            target.write_text(text)
 
 
 def setup(app: object) -> None:

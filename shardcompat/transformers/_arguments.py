@@ -28,6 +28,7 @@ from ..arguments import HELP, ShardedDDPAction, sharded_ddp_field
 from ..options import ShardingOptions, parse_options
 from ._api import has_field, load
 from ._group import launched_world_size, train_on_cpu_under_a_launcher
+from ._legacy import legacy_field_names, legacy_fields, serve_fields, sync_fields
 
 __all__ = [
     "HfArgumentParser",
@@ -81,9 +82,13 @@ def _refuse_other_sharding(args: Any, options: ShardingOptions) -> None:
         )
 
 
+_LegacyFields = legacy_fields()  # the 4.x fields this release lacks (see _legacy)
+
+
 @dataclasses.dataclass
-class TrainingArguments(_hf.TrainingArguments):  # type: ignore[misc,name-defined]
-    """The installed ``transformers.TrainingArguments`` with ``sharded_ddp`` (any spelling).
+class TrainingArguments(_LegacyFields, _hf.TrainingArguments):  # type: ignore[misc,name-defined,valid-type]
+    """The installed ``transformers.TrainingArguments`` with ``sharded_ddp`` (any spelling)
+    and the 4.x fields this release removed (served as :mod:`.legacy_table` says).
 
     ``sharding_options(args)`` gives the parsed options (see the module docstring for what
     ``args.sharded_ddp`` holds on each release); ``to_dict()`` and ``str()`` show the
@@ -98,8 +103,10 @@ class TrainingArguments(_hf.TrainingArguments):  # type: ignore[misc,name-define
         if options:
             _refuse_other_sharding(self, options)  # before the base class exports its settings
         self.sharded_ddp = ""  # the base class must see no sharding (see the module docstring)
+        serve_fields(self)
         train_on_cpu_under_a_launcher(self, {f.name for f in dataclasses.fields(self)})  # type: ignore[arg-type]
         super().__post_init__()  # type: ignore[misc]
+        sync_fields(self)
         # Declared str for HfArgumentParser; holds the parsed value from here on.
         self.sharded_ddp = _release_value(options) if RELEASE_HAS_FIELD else options  # type: ignore[assignment]
         if getattr(self, "local_rank", 0) == -1 and launched_world_size() > 1:
@@ -110,6 +117,8 @@ class TrainingArguments(_hf.TrainingArguments):  # type: ignore[misc,name-define
     def to_dict(self) -> dict[str, Any]:
         """The base ``to_dict`` with ``sharded_ddp`` as its canonical string (JSON, loggers)."""
         values: dict[str, Any] = super().to_dict()  # type: ignore[misc]
+        for name in legacy_field_names():  # served by today's fields, which to_dict has
+            values.pop(name, None)
         values["sharded_ddp"] = str(sharding_options(self))
         return values
 
@@ -157,6 +166,13 @@ class _CanonicalShardedDDPAction(ShardedDDPAction):
         setattr(namespace, self.dest, str(getattr(namespace, self.dest)))
 
 
+class _SharedFieldsNamespace(argparse.Namespace):
+    """Deleting a name twice is fine: the script's dataclass took its value, TrainingArguments wants it too."""
+
+    def __delattr__(self, name: str) -> None:
+        self.__dict__.pop(name, None)
+
+
 class HfArgumentParser(_hf.HfArgumentParser):  # type: ignore[misc,name-defined]
     """The installed ``HfArgumentParser``; every dataclass field named ``sharded_ddp`` takes all spellings.
 
@@ -165,8 +181,24 @@ class HfArgumentParser(_hf.HfArgumentParser):  # type: ignore[misc,name-defined]
     ``TrainingArguments``) gets the bare flag, booleans and unquoted words too.
     """
 
-    @staticmethod
-    def _parse_dataclass_field(parser: argparse.ArgumentParser, field: dataclasses.Field[Any]) -> None:
+    def __init__(self, dataclass_types: Any = None, **kwargs: Any) -> None:
+        # A 4.x field the script's own dataclass declares (a ported script's overwrite_output_dir)
+        # is the script's: the drop-in TrainingArguments leave that flag to it.
+        types_: list[Any] = [dataclass_types] if dataclasses.is_dataclass(dataclass_types) else list(dataclass_types or [])
+        self._scripts_own = legacy_field_names() & {
+            f.name for t in types_ if not (isinstance(t, type) and issubclass(t, TrainingArguments))
+            for f in dataclasses.fields(t)
+        }
+        super().__init__(dataclass_types, **kwargs)
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        if namespace is None and self._scripts_own:
+            namespace = _SharedFieldsNamespace()
+        return super().parse_known_args(args, namespace)
+
+    def _parse_dataclass_field(self, parser: argparse.ArgumentParser, field: dataclasses.Field[Any]) -> None:
+        if field.name in getattr(self, "_scripts_own", ()) and "Transformers 4.x" in field.metadata.get("help", ""):
+            return
         if field.name == "sharded_ddp" and "action" not in field.metadata:
             field = copy.copy(field)
             field.metadata = types.MappingProxyType(

@@ -20,7 +20,10 @@ DESCRIPTION = (
     "Run an unmodified Hugging Face Trainer script: inside it, transformers.TrainingArguments, "
     "Seq2SeqTrainingArguments, Trainer, Seq2SeqTrainer and HfArgumentParser are shardcompat's "
     "drop-ins, so --sharded_ddp (any spelling) shards the model with shardcompat.prepare on the "
-    "torch (or fairscale) installed today."
+    "torch (or fairscale) installed today. The other Transformers 4.x names the installed release "
+    "removed (--evaluation_strategy, --overwrite_output_dir, Trainer(tokenizer=), "
+    "from_pretrained(use_auth_token=), is_torch_tpu_available, ...) are served as "
+    "docs/transformers-legacy.md says, each with a FutureWarning naming today's spelling."
 )
 
 
@@ -69,17 +72,15 @@ def _run_here(script: str, argv: Sequence[str]) -> int:
         print(done.code, file=sys.stderr)
         return 1
     finally:
-        _leave_group()
+        _close_process_group()
     return 0
 
 
-def _leave_group() -> None:
-    """Destroy the process group the script's Trainer joined, as torch asks before exit: left to
-    the interpreter's shutdown, its threads can abort the process after training succeeded
-    ("terminate called without an active exception", seen on a loaded 2-core machine)."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
+def _close_process_group() -> None:
+    """Destroy the group the script's Trainer opened: a gloo group left to interpreter shutdown
+    can abort a rank ("terminate called without an active exception") after the work is done."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 
 

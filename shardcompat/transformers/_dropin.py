@@ -5,6 +5,10 @@ Inside the script, ``transformers.TrainingArguments``, ``Seq2SeqTrainingArgument
 that define them, for ``from transformers.trainer import Trainer``) are this package's
 subclasses, so ``--sharded_ddp`` parses and shards, and a script's own ``Trainer`` subclass
 inherits both.  Transformers' internals keep the classes they were built with.
+
+The same step adds the 4.x names the installed release removed (``is_torch_tpu_available``,
+``send_example_telemetry``, ``from_pretrained(use_auth_token=)``...; see :mod:`._legacy`), so
+a script of that era imports and runs; :func:`dropins` takes all of it away again.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Any
 
 from ._api import load
 
-__all__ = ["NAMES", "dropins", "install", "run_script"]
+__all__ = ["NAMES", "dropins", "install", "run_script", "uninstall"]
 
 NAMES = ("TrainingArguments", "Seq2SeqTrainingArguments", "Trainer", "Seq2SeqTrainer", "HfArgumentParser")
 
@@ -30,9 +34,11 @@ def _ours() -> dict[str, Any]:
 
 
 def install() -> list[tuple[Any, str, Any]]:
-    """Put the drop-ins in place; returns ``(module, name, previous)`` for each name replaced."""
+    """Put the drop-ins and the 4.x names in place; returns what :func:`uninstall` undoes."""
+    from . import _legacy
+
+    replaced: list[tuple[Any, str, Any]] = _legacy.install()  # first: it settles which module is `transformers`
     transformers = load()
-    replaced: list[tuple[Any, str, Any]] = []
     for name, ours in _ours().items():
         original = getattr(transformers, name)
         if original is ours:
@@ -52,8 +58,14 @@ def dropins() -> Iterator[None]:
     try:
         yield
     finally:
-        for module, name, original in reversed(replaced):
-            setattr(module, name, original)
+        uninstall(replaced)
+
+
+def uninstall(replaced: list[tuple[Any, str, Any]]) -> None:
+    """Undo :func:`install`: every name back as it was, the added ones gone."""
+    from . import _legacy
+
+    _legacy.uninstall(replaced)
 
 
 def run_script(script: str, argv: Sequence[str] = ()) -> None:

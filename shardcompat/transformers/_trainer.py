@@ -27,6 +27,7 @@ from ..options import Precision, ShardingOptions
 from ._api import accepts, load
 from ._arguments import sharding_options
 from ._group import check_one_group, ensure_group
+from ._legacy import add_trainer_attributes, trainer_keywords
 from ._model import CHECKPOINT_DIR, ShardedModule, TrainerOptimizer
 
 if TYPE_CHECKING:
@@ -68,6 +69,7 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
     model: Any  # the installed release's attributes this class reads and sets
 
     def __init__(self, *args: Any, backend: str = "auto", **kwargs: Any) -> None:
+        kwargs = trainer_keywords(kwargs)  # 4.x keywords this release renamed (tokenizer=)
         given = inspect.signature(super().__init__).bind(*args, **kwargs).arguments
         training_args = given.get("args")
         self._sharding = sharding_options(training_args) if training_args is not None else ShardingOptions()
@@ -325,6 +327,9 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
         extra = self.prepared.load_checkpoint(portable, scheduler=self.lr_scheduler, restore_rng=False)
         if self.prepared.scaler is not None and "scaler" in extra:
             self.prepared.scaler.load_state_dict(extra["scaler"])
+
+
+add_trainer_attributes(Trainer)  # trainer.tokenizer where this release dropped it
 
 
 class Seq2SeqTrainer(Trainer, _hf.Seq2SeqTrainer):  # type: ignore[misc,name-defined]

@@ -1,0 +1,213 @@
+"""The legacy-names layer (``_legacy`` serving ``legacy_table``) on the installed Transformers, in process.
+
+Each table row is checked against the installed release (what it says is gone is gone, what it
+maps to exists), each served field is parsed from its 4.x flag and must land on today's setting
+with one FutureWarning, and ``install``/``uninstall`` must leave ``transformers`` as it was.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+transformers = pytest.importorskip("transformers", reason="needs transformers (pip install 'shardcompat[transformers]')")
+
+import shardcompat.transformers as sct  # noqa: E402
+from shardcompat.transformers import _legacy  # noqa: E402
+from shardcompat.transformers.legacy_table import FIELDS, ROWS, Kind, Served, by_kind, row  # noqa: E402
+
+STOCK_FIELDS = {f.name for f in dataclasses.fields(transformers.TrainingArguments)}
+MISSING = [r for r in FIELDS if r.name not in STOCK_FIELDS]
+pytestmark = pytest.mark.skipif(
+    "evaluation_strategy" in STOCK_FIELDS,
+    reason="this Transformers has the 4.30 API itself (test_legacy_inert.py checks the layer leaves it alone)",
+)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_warnings() -> None:
+    _legacy._warned.clear()
+
+
+def _parse(*argv: str) -> tuple[Any, list[str]]:
+    parser = sct.HfArgumentParser(sct.TrainingArguments)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        (args,) = parser.parse_args_into_dataclasses(["--output_dir", "out", "--report_to", "none", *argv])
+    return args, [str(w.message) for w in caught if issubclass(w.category, FutureWarning)]
+
+
+def test_the_table_is_plain_data_importable_without_transformers() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; import shardcompat.transformers.legacy_table as t; "
+            "assert 'transformers' not in sys.modules, sorted(m for m in sys.modules if 'transformers' in m); "
+            "print(len(t.ROWS))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) == len(ROWS)
+
+
+def test_the_names_the_issue_lists_are_rows() -> None:
+    for name in ("overwrite_output_dir", "evaluation_strategy", "adafactor", "no_cuda", "group_by_length",
+                 "per_gpu_train_batch_size", "per_gpu_eval_batch_size", "fp16_backend", "half_precision_backend",
+                 "fsdp_min_num_params", "fsdp_transformer_layer_cls_to_wrap", "push_to_hub_model_id",
+                 "push_to_hub_organization", "push_to_hub_token", "use_legacy_prediction_loop"):
+        assert row(name).kind is Kind.FIELD
+    assert row("tokenizer", Kind.TRAINER).new == "processing_class"
+    assert row("use_auth_token", Kind.FROM_PRETRAINED).new == "token"
+    assert row("is_torch_tpu_available", Kind.TOP_LEVEL)
+    assert row("send_example_telemetry", Kind.UTILS)
+
+
+def test_every_row_matches_the_installed_release() -> None:
+    """What the table says 5.x lacks, it lacks; what a row maps to, it has."""
+    for r in FIELDS:
+        if r.removed.startswith("5") or r.removed.startswith("4"):
+            assert r.name not in STOCK_FIELDS, f"{r.name} is still a field of this release"
+        if r.new is not None and r.new != "TENSORBOARD_LOGGING_DIR":
+            assert r.new in STOCK_FIELDS, r
+        assert isinstance(r.default, r.type.__args__[0] if hasattr(r.type, "__args__") else r.type) or r.default is None
+    init = transformers.Trainer.__init__
+    assert "processing_class" in __import__("inspect").signature(init).parameters
+    for r in by_kind(Kind.TOP_LEVEL):
+        assert not hasattr(transformers, r.name), r.name
+        assert r.new is None or hasattr(transformers, r.new)
+    for r in by_kind(Kind.UTILS):
+        assert not hasattr(transformers.utils, r.name), r.name
+        assert r.new is None or hasattr(transformers.utils, r.new)
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--evaluation_strategy", "steps"], {"eval_strategy": "steps", "evaluation_strategy": "steps"}),
+        (["--adafactor"], {"optim": "adafactor"}),
+        (["--no_cuda"], {"use_cpu": True}),
+        (["--group_by_length"], {"train_sampling_strategy": "group_by_length"}),
+        (["--per_gpu_train_batch_size", "3"], {"per_device_train_batch_size": 3}),
+        (["--per_gpu_eval_batch_size", "5"], {"per_device_eval_batch_size": 5}),
+        (["--warmup_ratio", "0.25"], {"warmup_steps": 0.25}),
+        (["--warmup_ratio", "0.25", "--warmup_steps", "3"], {"warmup_steps": 3}),  # 4.x: steps win
+        (["--include_inputs_for_metrics"], {"include_for_metrics": ["inputs"]}),
+        (["--tpu_metrics_debug"], {"debug": ["tpu_metrics_debug"]}),
+        (["--push_to_hub_model_id", "m", "--push_to_hub_organization", "org"], {"hub_model_id": "org/m"}),
+        (["--push_to_hub_organization", "org"], {"hub_model_id": "org/out"}),
+        (["--push_to_hub_token", "t"], {"hub_token": "t"}),
+        (["--overwrite_output_dir"], {"overwrite_output_dir": True}),
+        (["--fp16_backend", "amp"], {"fp16_backend": "amp"}),
+        (["--use_legacy_prediction_loop"], {"use_legacy_prediction_loop": True}),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else "",
+)
+def test_a_legacy_flag_lands_on_todays_setting_with_one_warning(argv: list[str], expected: dict[str, Any]) -> None:
+    args, warned = _parse(*argv)
+    for name, value in expected.items():
+        got = getattr(args, name)
+        got = [str(getattr(v, "value", v)) for v in got] if isinstance(got, list) else getattr(got, "value", got)
+        assert got == value, (name, got)
+    legacy = [a[2:] for a in argv if a.startswith("--") and a[2:] in {r.name for r in MISSING}]
+    assert len(warned) == len(legacy), warned
+    for name, message in zip(legacy, warned):
+        assert f"--{name}" in message and "docs/transformers-legacy.md" in message
+        assert row(name).replacement.split()[0] in message if row(name).replacement else "no effect" in message
+
+
+def test_fsdp_legacy_fields_go_into_fsdp_config() -> None:
+    args, _ = _parse("--fsdp_min_num_params", "100", "--fsdp_transformer_layer_cls_to_wrap", "GPT2Block")
+    assert args.fsdp_config["min_num_params"] == 100
+    assert args.fsdp_config["transformer_layer_cls_to_wrap"] == ["GPT2Block"]
+
+
+def test_a_legacy_flag_warns_once_per_process() -> None:
+    _, first = _parse("--evaluation_strategy", "steps")
+    _, second = _parse("--evaluation_strategy", "epoch")
+    assert len(first) == 1 and second == []
+
+
+@pytest.mark.parametrize(("argv", "token"), [(["--half_precision_backend", "apex"], "apex"),
+                                             (["--past_index", "0"], "--past_index"),
+                                             (["--warmup_ratio", "1.0"], "--warmup_ratio")])
+def test_no_honest_mapping_is_refused_before_training(argv: list[str], token: str) -> None:
+    with pytest.raises(_legacy.LegacyArgumentError, match=token):
+        _parse(*argv)
+
+
+def test_defaults_are_silent_and_stay_out_of_to_dict() -> None:
+    args, warned = _parse()
+    assert warned == []
+    stock = transformers.TrainingArguments(output_dir="out", report_to="none")
+    assert args.to_dict().keys() - {"sharded_ddp"} == stock.to_dict().keys()
+
+
+def test_trainer_takes_tokenizer_as_processing_class() -> None:
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=16))
+    tokenizer = object()
+    args = sct.TrainingArguments(output_dir="out", report_to="none", use_cpu=True)
+    with pytest.warns(FutureWarning, match=r"Trainer\(tokenizer=...\).*processing_class="):
+        trainer = sct.Trainer(model=model, args=args, tokenizer=tokenizer)
+    assert trainer.processing_class is tokenizer and trainer.tokenizer is tokenizer
+    with pytest.raises(_legacy.LegacyArgumentError, match="keep processing_class="):
+        sct.Trainer(model=model, args=args, tokenizer=tokenizer, processing_class=tokenizer)
+
+
+def test_install_adds_the_removed_names_and_uninstall_takes_them_away(tmp_path: Path) -> None:
+    before = {n: getattr(transformers, n, None) for n in ("is_torch_tpu_available", "is_tf_available")}
+    method = vars(transformers.PreTrainedConfig)["from_pretrained"]
+    config = transformers.GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=16, bos_token_id=0, eos_token_id=1)
+    transformers.GPT2LMHeadModel(config).save_pretrained(tmp_path)
+    with pytest.raises(TypeError, match="use_auth_token"):
+        transformers.GPT2LMHeadModel.from_pretrained(tmp_path, use_auth_token=None)  # stock 5.x
+    with sct.dropins():
+        from transformers import is_tf_available, is_torch_tpu_available  # type: ignore[attr-defined]
+        from transformers.utils import send_example_telemetry  # type: ignore[attr-defined]
+
+        with pytest.warns(FutureWarning, match="is_torch_xla_available"):
+            assert is_torch_tpu_available() == transformers.is_torch_xla_available()
+        assert is_tf_available() is False
+        assert send_example_telemetry("run_clm", object()) is None
+        with pytest.warns(FutureWarning, match="token="):
+            model = transformers.GPT2LMHeadModel.from_pretrained(tmp_path, use_auth_token=None)
+        assert model.config.n_layer == 1
+    assert {n: getattr(transformers, n, None) for n in before} == before
+    assert not hasattr(transformers.utils, "send_example_telemetry")
+    assert vars(transformers.PreTrainedConfig)["from_pretrained"] is method
+
+
+def test_every_row_has_a_way_it_is_served() -> None:
+    for r in ROWS:
+        assert r.served in Served and r.reason
+        if r.served in (Served.RENAMED, Served.MAPPED) and r.kind is Kind.FIELD:
+            assert r.new, r
+
+
+def test_a_scripts_own_field_of_a_legacy_name_is_the_scripts() -> None:
+    """A ported script that declares overwrite_output_dir itself parses as on stock 5.x (no clash)."""
+
+    @dataclasses.dataclass
+    class DataArguments:
+        overwrite_output_dir: bool = False
+
+    parser = sct.HfArgumentParser((DataArguments, sct.TrainingArguments))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        data, args = parser.parse_args_into_dataclasses(["--output_dir", "o", "--overwrite_output_dir"])
+    assert data.overwrite_output_dir is True and args.overwrite_output_dir is False
+    assert not [w for w in caught if issubclass(w.category, FutureWarning)]
+
+
+def test_the_layer_probes_the_release_not_the_dropin_in_its_place() -> None:
+    """Under shardcompat run transformers.TrainingArguments/Trainer are the drop-ins; the probe must not see them."""
+    import sys
+
+    with sct.dropins():  # (5.x may have put a new `transformers` module into sys.modules: see _legacy.install)
+        assert sys.modules["transformers"].TrainingArguments is sct.TrainingArguments
+        assert [r.name for r in _legacy._missing_fields()] == [r.name for r in MISSING]
+        assert [r.name for r in _legacy._trainer_rows()] == ["tokenizer"]
+        args, warned = _parse("--evaluation_strategy", "steps")
+        assert str(args.eval_strategy.value) == "steps" and len(warned) == 1

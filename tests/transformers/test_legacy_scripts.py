@@ -1,0 +1,241 @@
+"""4.30-era scripts run unchanged under ``shardcompat run`` and train as their hand-ported twins do on stock 5.x.
+
+``scripts/run_glue_legacy.py`` (sequence classification) and ``scripts/run_translation_legacy.py``
+(seq2seq, ``--predict_with_generate``) use the API of Transformers 4.30 (see their docstrings)
+and ``--evaluation_strategy``/``--overwrite_output_dir`` on their command lines.  The reference is
+each script after the minimal manual port (:data:`PORTS`, every edit asserted to apply), run on
+the installed Transformers' own classes under plain ``torchrun`` (DDP over gloo, 2 CPU ranks).
+The legacy script runs unmodified through ``shardcompat run --nproc 2`` with ``--sharded_ddp``;
+per-step losses, evaluations, generated metrics and saved weights must equal the reference's.
+The default run checks ``"zero_dp_3 auto_wrap"``; ``SHARDCOMPAT_TRANSFORMERS_GRID=full`` adds
+the bare flag and ``zero_dp_2``.  Models, tokenizers and data are built here; nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+transformers = pytest.importorskip("transformers", reason="needs transformers (pip install 'shardcompat[transformers]')")
+
+SCRIPTS = Path(__file__).parent / "scripts"
+FULL = os.environ.get("SHARDCOMPAT_TRANSFORMERS_GRID") == "full"
+SHARDINGS = {"zero_dp_3-auto_wrap": ["zero_dp_3 auto_wrap"]}
+if FULL:
+    SHARDINGS.update({"bare-flag": [], "zero_dp_2": ["zero_dp_2"]})
+WORDS = [f"w{i}" for i in range(40)]
+
+
+def _own_field(after: str) -> tuple[str, str, int]:
+    """The port's one real change: overwrite_output_dir becomes a field of the script's own dataclass."""
+    return (after, after + '    overwrite_output_dir: bool = field(default=False, metadata={"help": "Start over."})\n', 1)
+
+
+# The minimal manual port of each script to 5.x: (old, new, how many times).
+COMMON_PORT = [
+    ("import check_min_version, send_example_telemetry", "import check_min_version", 1),
+    ("use_auth_token=True if", "token=True if", 3),
+    ("        tokenizer=tokenizer,\n", "        processing_class=tokenizer,\n", 1),
+    ("not training_args.overwrite_output_dir", "not data_args.overwrite_output_dir", 1),
+]
+PORTS = {
+    "run_glue_legacy.py": [
+        *COMMON_PORT,
+        ("    is_torch_tpu_available,\n", "    is_torch_xla_available,\n", 1),
+        ("not is_torch_tpu_available()", "not is_torch_xla_available()", 1),
+        ('    send_example_telemetry("run_glue", model_args, data_args)\n', "", 1),
+        _own_field('    pad_to_max_length: bool = field(default=True, metadata={"help": "Pad every sample to max_seq_length."})\n'),
+    ],
+    "run_translation_legacy.py": [
+        *COMMON_PORT,
+        ('    send_example_telemetry("run_translation", model_args, data_args)\n', "", 1),
+        _own_field('    num_beams: Optional[int] = field(default=1, metadata={"help": "Beams for evaluate and predict."})\n'),
+    ],
+}
+COMMON = [
+    "--do_train", "--do_eval", "--max_steps", "4", "--per_device_train_batch_size", "2",
+    "--per_device_eval_batch_size", "4", "--gradient_accumulation_steps", "2", "--logging_steps", "1",
+    "--learning_rate", "5e-3", "--report_to", "none", "--disable_tqdm", "true", "--seed", "0",
+    "--overwrite_output_dir", "--eval_steps", "2", "--save_strategy", "no",
+]
+
+
+# On a release that still has the 4.30 API (4.34.1 in the nox session) the reference is the
+# script itself, unported: there the layer must change nothing.
+LEGACY_RELEASE = hasattr(transformers, "is_torch_tpu_available")
+EVAL_FLAG = "--evaluation_strategy" if LEGACY_RELEASE else "--eval_strategy"
+
+
+def port(script: str, source: str) -> str:
+    if LEGACY_RELEASE:
+        return source
+    for old, new, count in PORTS[script]:
+        assert source.count(old) == count, old
+        source = source.replace(old, new)
+    return source
+
+
+def _tokenizer(model_dir: Path) -> int:
+    """A word-level tokenizer saved with save_pretrained (BERT's specials, and </s> for T5); its size."""
+    import tokenizers
+
+    vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "</s>", *WORDS])}
+    backend = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    backend.post_processor = tokenizers.processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    transformers.PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
+        eos_token="</s>").save_pretrained(model_dir)
+    return len(vocab)
+
+
+def _sentence(rng: random.Random) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 6)))
+
+
+def _jsonl(root: Path, split: str, size: int, row: Any) -> Path:
+    rng = random.Random(split)
+    path = root / f"{split}.jsonl"
+    path.write_text("".join(json.dumps(row(rng)) + "\n" for _ in range(size)))
+    return path
+
+
+def _glue_assets(root: Path) -> list[str]:
+    """A tiny BERT classifier; sentence pairs labelled by comparing their first words."""
+    import torch
+
+    size = _tokenizer(root / "model")
+    torch.manual_seed(0)
+    config = transformers.BertConfig(
+        vocab_size=size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+        max_position_embeddings=32, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=2)
+    transformers.BertForSequenceClassification(config).save_pretrained(root / "model")
+
+    def row(rng: random.Random) -> dict[str, Any]:
+        a, b = _sentence(rng), _sentence(rng)
+        return {"sentence1": a, "sentence2": b, "label": int(a.split()[0] < b.split()[0])}
+
+    return ["--model_name_or_path", str(root / "model"), "--train_file", str(_jsonl(root, "train", 64, row)),
+            "--validation_file", str(_jsonl(root, "validation", 16, row))]
+
+
+def _translation_assets(root: Path) -> list[str]:
+    """A tiny T5; the "translation" reverses the words."""
+    import torch
+
+    size = _tokenizer(root / "model")
+    torch.manual_seed(0)
+    config = transformers.T5Config(
+        vocab_size=size, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=2,
+        dropout_rate=0.0, decoder_start_token_id=0, pad_token_id=0, eos_token_id=4)
+    transformers.T5ForConditionalGeneration(config).save_pretrained(root / "model")
+
+    def row(rng: random.Random) -> dict[str, Any]:
+        en = _sentence(rng)
+        return {"translation": {"en": en, "de": " ".join(reversed(en.split()))}}
+
+    return ["--model_name_or_path", str(root / "model"), "--train_file", str(_jsonl(root, "train", 64, row)),
+            "--validation_file", str(_jsonl(root, "validation", 8, row)), "--predict_with_generate",
+            "--generation_max_length", "8"]
+
+
+SCRIPT_ASSETS = {"run_glue_legacy.py": _glue_assets, "run_translation_legacy.py": _translation_assets}
+MODEL_CLASSES = {"run_glue_legacy.py": "AutoModelForSequenceClassification",
+                 "run_translation_legacy.py": "AutoModelForSeq2SeqLM"}
+RUNS = [(script, sharding) for script in SCRIPT_ASSETS for sharding in SHARDINGS]
+
+
+def _run(command: list[str], out: Path) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONWARNINGS": "default::FutureWarning", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    return {"code": done.returncode, "output": done.stdout + done.stderr, "out": out}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], dict[str, Any]]:
+    results = {}
+    for script, build in SCRIPT_ASSETS.items():
+        root = tmp_path_factory.mktemp(script.split("_")[1])
+        data = build(root)
+        ported = root / script.replace("legacy", "ported")
+        ported.write_text(port(script, (SCRIPTS / script).read_text()))
+        results[script, "stock"] = _run(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(ported),
+             *data, *COMMON, EVAL_FLAG, "steps", "--use_cpu", "--output_dir", str(root / "stock")],
+            root / "stock")
+        for name, words in SHARDINGS.items():
+            out = root / name
+            results[script, name] = _run(
+                [sys.executable, "-m", "shardcompat", "run", "--nproc", "2", str(SCRIPTS / script),
+                 *data, *COMMON, "--evaluation_strategy", "steps", "--output_dir", str(out), "--sharded_ddp", *words],
+                out)
+    return results
+
+
+Runs = dict[tuple[str, str], dict[str, Any]]
+
+
+def _done(runs: Runs, script: str, name: str) -> Path:
+    run = runs[script, name]
+    assert run["code"] == 0, run["output"][-6000:]
+    out: Path = run["out"]
+    return out
+
+
+def _history(out: Path) -> tuple[list[float], list[float]]:
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    return [e["loss"] for e in history if "loss" in e], [e["eval_loss"] for e in history if "eval_loss" in e]
+
+
+@pytest.mark.parametrize("script", list(SCRIPT_ASSETS))
+def test_the_ported_script_runs_on_stock_transformers(runs: Runs, script: str) -> None:
+    losses, evals = _history(_done(runs, script, "stock"))
+    assert len(losses) == 4 and len(evals) == 2  # evaluated at steps 2 and 4 (--eval_strategy steps)
+
+
+@pytest.mark.parametrize(("script", "name"), RUNS)
+def test_the_legacy_script_runs_unchanged_and_trains_as_stock_ddp(runs: Runs, script: str, name: str) -> None:
+    stock, sharded = _done(runs, script, "stock"), _done(runs, script, name)
+    (a_losses, a_evals), (b_losses, b_evals) = _history(stock), _history(sharded)
+    assert len(a_losses) == len(b_losses) == 4 and len(a_evals) == len(b_evals) == 2
+    assert max(abs(a - b) for a, b in zip(a_losses, b_losses)) <= 1e-4, (a_losses, b_losses)
+    assert max(abs(a - b) for a, b in zip(a_evals, b_evals)) <= 1e-4, (a_evals, b_evals)
+    model_class = getattr(transformers, MODEL_CLASSES[script])
+    a, b = (model_class.from_pretrained(out).state_dict() for out in (stock, sharded))
+    assert a.keys() == b.keys()
+    assert max(float((a[k].float() - b[k].float()).abs().max()) for k in a) <= 1e-5
+    assert (sharded / "tokenizer.json").exists()  # Trainer(tokenizer=) saved it, as processing_class does
+    metrics = [json.loads((out / "eval_results.json").read_text()) for out in (stock, sharded)]
+    assert metrics[0].keys() == metrics[1].keys()
+    assert ("eval_accuracy" if script == "run_glue_legacy.py" else "eval_gen_len") in metrics[0], metrics[0]
+    for key in ("eval_accuracy", "eval_exact_match", "eval_gen_len"):  # what generate()/argmax gave
+        assert metrics[0].get(key) == metrics[1].get(key), key
+
+
+@pytest.mark.skipif(LEGACY_RELEASE, reason="this release has the 4.30 API itself: nothing to serve, nothing warns")
+@pytest.mark.parametrize("script", list(SCRIPT_ASSETS))
+def test_each_legacy_name_warned_with_its_replacement(runs: Runs, script: str) -> None:
+    name = next(iter(SHARDINGS))
+    _done(runs, script, name)
+    output = runs[script, name]["output"]
+    expected = [
+        ("TrainingArguments --evaluation_strategy", "--eval_strategy"),
+        ("TrainingArguments --overwrite_output_dir", "a field of the script's own arguments dataclass"),
+        ("transformers.utils.send_example_telemetry", "no effect"),
+        ("from_pretrained(use_auth_token=...)", "token="),
+        ("Trainer(tokenizer=...)", "processing_class="),
+    ]
+    if script == "run_glue_legacy.py":
+        expected.append(("transformers.is_torch_tpu_available", "is_torch_xla_available()"))
+    for spelling, replacement in expected:
+        line = next((ln for ln in output.splitlines() if spelling in ln and "FutureWarning" in ln), None)
+        assert line is not None and replacement in line, (spelling, output[-3000:])
+        assert "docs/transformers-legacy.md" in line

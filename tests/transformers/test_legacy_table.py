@@ -1,0 +1,28 @@
+"""The legacy-names table as data and as the docs page generated from it (no Transformers needed)."""
+
+from __future__ import annotations
+
+from shardcompat.transformers.legacy_reference import legacy_reference
+from shardcompat.transformers.legacy_table import ROWS, Kind, Served
+
+
+def test_names_are_unique_per_kind() -> None:
+    keys = [(r.kind, r.name) for r in ROWS]
+    assert len(keys) == len(set(keys))
+
+
+def test_the_docs_page_shows_every_row_with_how_it_is_served() -> None:
+    page = legacy_reference()
+    for r in ROWS:
+        spelling = f"`--{r.name}`" if r.kind is Kind.FIELD else f"`{r.name}`"
+        line = next((ln for ln in page.splitlines() if ln.startswith(f"| {spelling} |")), None)
+        assert line is not None, r.name
+        assert f"| {r.removed} | {r.served} |" in line and r.reason.split(";")[0].replace("|", "\\|") in line
+    for kind in {r.kind for r in ROWS}:
+        assert f"## {kind.value[0].upper()}{kind.value[1:]}s" in page
+    assert all(f"**{served}**" in page for served in Served)
+
+
+def test_refused_values_are_listed() -> None:
+    page = legacy_reference()
+    assert "Refused: `'apex'`." in page and "Refused: any value." in page
