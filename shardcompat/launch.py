@@ -7,7 +7,9 @@ which survive a rank being killed (a queue would not).
 
 Inside a worker that a launcher already started (``torchrun``, or a process group that is
 already initialised), :func:`spawn` starts nothing: it runs the function on this rank, so
-one script works both ways.
+one script works both ways.  There it sets up the process group through
+:mod:`shardcompat._rendezvous`, so a group that torchrun restarts after a lost worker starts
+cleanly instead of meeting the dead attempt's addresses.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ._rendezvous import attempt_store
 
 __all__ = ["WorkerFailed", "WorkerTimeout", "free_port", "launched", "spawn"]
 
@@ -132,7 +136,9 @@ def _run_here(fn: Callable[..., Any], args: Sequence[Any], backend: str, collect
     if owned:
         if backend == "nccl":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=collective_timeout))
+        timeout = datetime.timedelta(seconds=collective_timeout)
+        store, rank, world = attempt_store(timeout)  # a restart must not meet the last attempt's keys
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
     rank, world = dist.get_rank(), dist.get_world_size()
     try:
         try:
