@@ -121,3 +121,17 @@ def test_explain_command_line_layout_wins_over_the_environment(
     assert "32 rank(s) on 4 node(s) of 8, cpu (from the command line)" in out
     code = cli.main(["explain", "--nnodes", "0"])
     assert code == 2 and "--nnodes must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_the_multinode_table_claims_only_options_the_two_agent_tests_run() -> None:
+    """Every option the table calls verified on two agents is trained by tests/multinode, and
+    the committed docs/compatibility.md carries the table as the code renders it."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    sources = "".join(p.read_text() for p in (root / "tests" / "multinode").glob("test_*.py"))
+    for options in matrix.MULTINODE_VERIFIED:
+        if options:
+            assert f'"{options}"' in sources, options
+    assert matrix.multinode_section() in (root / "docs" / "compatibility.md").read_text()
+    assert all(line.endswith("| unverified |") for line in matrix.multinode_section().splitlines()[4:])
