@@ -1,7 +1,8 @@
 """``shardcompat train`` with faults injected, for the tests that kill workers (run by torchrun).
 
 ``SHARDCOMPAT_CHAOS=DIR;WHAT,WHAT...`` where each WHAT is ``kill@RANK:STEP`` (that global rank
-SIGKILLs itself as it starts step STEP) or ``save@STEP`` (rank 0 SIGKILLs itself while the
+SIGKILLs itself as it starts step STEP), ``node@RANK:STEP`` (the same, and first its agent and
+the agent's other workers: a lost machine) or ``save@STEP`` (rank 0 SIGKILLs itself while the
 step-STEP checkpoint is written, after its files and before its rename into place).  Each
 fault fires once per job: a marker file in DIR records it before the kill, so the restarted
 attempt goes past it.  Everything else is the real command: ``python chaos_train.py ARGS``
@@ -23,6 +24,15 @@ def _faults() -> tuple[Path, list[str]]:
     return Path(folder), [f for f in faults.split(",") if f]
 
 
+def _node_pids() -> list[int]:
+    """This worker's agent and the agent's other workers (Linux /proc; empty elsewhere)."""
+    agent = os.getppid()
+    children: list[int] = []
+    for task in Path(f"/proc/{agent}/task").glob("*/children"):
+        children += [int(pid) for pid in task.read_text().split()]
+    return [agent, *(pid for pid in children if pid != os.getpid())]
+
+
 def _fire(fault: str) -> None:
     folder, _ = _faults()
     marker = folder / fault.replace("@", "-at-").replace(":", "-step-")
@@ -31,6 +41,9 @@ def _fire(fault: str) -> None:
     except FileExistsError:
         return
     print(f"chaos: {fault} (pid {os.getpid()})", file=sys.stderr, flush=True)
+    if fault.startswith("node@"):
+        for pid in _node_pids():
+            os.kill(pid, signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -45,8 +58,9 @@ def main() -> int:
     commit = atomic.commit
 
     def step(prepared: Any, config: Any, rank_: int, step: int, *args: Any) -> Any:
-        if f"kill@{rank}:{step}" in faults:
-            _fire(f"kill@{rank}:{step}")
+        for kind in ("kill", "node"):
+            if f"{kind}@{rank}:{step}" in faults:
+                _fire(f"{kind}@{rank}:{step}")
         return step_of(prepared, config, rank_, step, *args)
 
     def commit_then_maybe_die(tmp: Path, path: Path) -> None:
