@@ -90,7 +90,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint-dir", default=None, metavar="DIR",
                         help="save step-N checkpoints here (a shared folder when several nodes train)")
     parser.add_argument("--save-every", type=int, default=None, metavar="N",
-                        help="save a checkpoint every N steps (needs --checkpoint-dir)")
+                        help="save a checkpoint every N steps (needs --checkpoint-dir; default a quarter of --steps)")
     parser.add_argument("--resume", default=None, metavar="auto|PATH",
                         help="continue from a checkpoint: auto = the newest complete step-N in "
                              "--checkpoint-dir (none yet: start afresh), or a checkpoint folder")
