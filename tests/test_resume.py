@@ -132,3 +132,19 @@ def test_torchrun_restarts_a_killed_worker_from_the_newest_complete_checkpoint(t
     assert report["runs"][0]["losses"] == pytest.approx(plain["runs"][0]["losses"], abs=1e-6)
     table = train.report.render_table(report)
     assert "resumed from the checkpoint at step 6" in table
+
+
+def test_nproc_per_node_under_a_launcher_is_ignored_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchrun refuses ``--nproc`` after the module; ``--nproc-per-node`` passes through to us,
+    where the launcher's layout wins and the command says so."""
+    for name, value in {"RANK": "0", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+                        "MASTER_PORT": "1"}.items():
+        monkeypatch.setenv(name, value)
+    parser = argparse.ArgumentParser()
+    train.configure_parser(parser)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        train._warn_ignored_nproc(parser.parse_args(["--nproc-per-node", "2"]))  # as launched: silent
+        assert err.getvalue() == ""
+        train._warn_ignored_nproc(parser.parse_args(["--nproc-per-node", "8"]))
+    assert "--nproc-per-node 8 is ignored under torchrun, which started 2 rank(s) on this node" in err.getvalue()

@@ -64,9 +64,10 @@ class RunConfig:
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     """Add the ``train`` arguments to ``parser``."""
     add_sharded_ddp_argument(parser)
-    parser.add_argument("--nproc", type=int, default=None,
+    parser.add_argument("--nproc", "--nproc-per-node", type=int, default=None,
                         help="local ranks to start (default 2; on GPUs, one per GPU up to 2); "
-                             "ignored under torchrun")
+                             "under torchrun its --nproc-per-node decides (torchrun itself refuses "
+                             "--nproc anywhere on its command line)")
     parser.add_argument("--backend", default="auto", choices=BACKEND_CHOICES,
                         help="which implementation serves the options (default auto)")
     parser.add_argument("--model", choices=("gpt", "mlp"), default="gpt", help="bundled model (default gpt)")
@@ -108,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         configs = _configs(args)
         nproc = int(os.environ["WORLD_SIZE"]) if launched() else _nproc(args, configs[0].device)
+        _warn_ignored_nproc(args)
         _plan(configs, nproc)
     except ValueError as error:
         print(f"shardcompat train: error: {error}", file=sys.stderr)
@@ -168,6 +170,16 @@ def _checkpointing(args: argparse.Namespace) -> tuple[str | None, int, str | Non
         save_every = max(1, args.steps // 4)
     resolve_resume(args.resume, args.checkpoint_dir, args.steps)  # a bad --resume fails here, not in a rank
     return args.checkpoint_dir, save_every or 0, args.resume
+
+
+def _warn_ignored_nproc(args: argparse.Namespace) -> None:
+    """Under a launcher the layout is the launcher's: say so when the command line asked for another."""
+    from ..launch import launched
+
+    local = os.environ.get("LOCAL_WORLD_SIZE")
+    if launched() and args.nproc is not None and local is not None and str(args.nproc) != local:
+        print(f"shardcompat train: warning: --nproc-per-node {args.nproc} is ignored under torchrun, which "
+              f"started {local} rank(s) on this node (its own --nproc-per-node decides)", file=sys.stderr)
 
 
 def _nproc(args: argparse.Namespace, device: str) -> int:
