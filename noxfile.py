@@ -5,6 +5,7 @@
     nox -s "fairscale(0.4.13)"   # the fairscale part of the suite with one fairscale version
     nox -s matrix                # every torch x fairscale combination
     nox -s reliability           # the long reliability suite (fuzzing, dying ranks)
+    nox -s multinode             # two torchrun agents on localhost: 2x2 jobs, kills, a lost node
     nox -s "transformers(4.34.1)"  # the Trainer integration's full grid with one Transformers release
     nox -s gpu                   # the gpu-marked tests, on a CUDA machine
     nox -s docs                  # the docs, warnings as errors
@@ -90,6 +91,15 @@ def reliability(session: nox.Session) -> None:
     """The long reliability suite: grammar fuzz, dying ranks, migrate over torch's and fairscale's sources."""
     _install(session, fairscale=FAIRSCALE_VERSIONS[-1])  # fairscale's files join the migrate corpus
     session.run("python", "-m", "pytest", "-m", "reliability", *(session.posargs or ["tests/reliability"]))
+
+
+@nox.session
+def multinode(session: nox.Session) -> None:
+    """tests/multinode: two torchrun agents on localhost meeting through c10d rendezvous (2x2),
+    compared with one-node DDP; a killed worker, a lost node, checkpoints across layouts, a
+    Trainer script.  CPU and gloo only: what is verified where is in docs/compatibility.md."""
+    _install(session)
+    session.run("python", "-m", "pytest", "-m", "multinode", *(session.posargs or ["tests/multinode", "-q"]))
 
 
 @nox.session

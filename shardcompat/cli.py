@@ -77,9 +77,14 @@ def _explain(args: argparse.Namespace) -> int:
     from .backends._optim import refused_optimizers
 
     options = parse_options(args.options)
+    try:
+        per_node, nnodes, source = _layout(args)
+    except ValueError as error:
+        print(f"shardcompat explain: error: {error}", file=sys.stderr)
+        return 2
     placement = Placement(
-        world_size=args.nproc * args.nnodes,
-        local_world_size=args.nproc,
+        world_size=per_node * nnodes,
+        local_world_size=per_node,
         device="cuda" if args.device == "cuda" else "cpu",
     )
     hf = options.to_hf_fsdp()
@@ -98,7 +103,8 @@ def _explain(args: argparse.Namespace) -> int:
         "options": str(options),
         "sharding": bool(options),
         "transformers_fsdp": {"fsdp": hf.fsdp, "fsdp_config": hf.fsdp_config},
-        "placement": {"world_size": placement.world_size, "nnodes": placement.nnodes, "device": placement.device},
+        "placement": {"world_size": placement.world_size, "nnodes": placement.nnodes,
+                      "ranks_per_node": placement.local_world_size, "device": placement.device, "source": source},
         "chosen": chosen,
         "backends": rows,
     }
@@ -110,7 +116,8 @@ def _explain(args: argparse.Namespace) -> int:
         return 0 if chosen else 1
     print(f"canonical:    {data['options'] or '(off: plain DDP)'}")
     print(f"--fsdp:       {hf.fsdp or '(none)'} {json.dumps(hf.fsdp_config) if hf.fsdp_config else ''}".rstrip())
-    print(f"placement:    {placement.world_size} rank(s) on {placement.nnodes} node(s), {placement.device}")
+    print(f"placement:    {placement.world_size} rank(s) on {placement.nnodes} node(s) of "
+          f"{placement.local_world_size}, {placement.device} ({source})")
     print(f"chosen:       {chosen or 'none can serve these options here'}\n")
     for row in rows:
         mark = "*" if row["backend"] == chosen else " "
@@ -128,6 +135,27 @@ def _explain(args: argparse.Namespace) -> int:
         for line in facade:
             print(f"  {line}")
     return 0 if chosen else 1
+
+
+def _layout(args: argparse.Namespace) -> tuple[int, int, str]:
+    """``(ranks per node, nodes, where that came from)`` for ``explain``.
+
+    The command line wins (plan for a cluster without launching on it); else, run under a
+    launcher (``torchrun ... -m shardcompat explain``), its ``WORLD_SIZE`` and
+    ``LOCAL_WORLD_SIZE``; else one node of two ranks.
+    """
+    for flag in ("nproc", "nnodes"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise ValueError(f"--{flag} must be at least 1, got {value}")
+    if args.nproc is not None or args.nnodes is not None:
+        return args.nproc or 2, args.nnodes or 1, "from the command line"
+    import os
+
+    world, local = os.environ.get("WORLD_SIZE"), os.environ.get("LOCAL_WORLD_SIZE")
+    if world and local and world.isdigit() and local.isdigit() and int(local) > 0:
+        return int(local), max(1, int(world) // int(local)), "from the launcher's WORLD_SIZE and LOCAL_WORLD_SIZE"
+    return 2, 1, "default: one node of 2 ranks"
 
 
 def _consolidate(args: argparse.Namespace) -> int:
@@ -189,8 +217,11 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--backend", default="auto", choices=BACKEND_CHOICES, metavar="BACKEND",
                          help="explain only this backend (or family: torch, fairscale); "
                               f"one of {', '.join(BACKEND_CHOICES)} (default auto: all, in preference order)")
-    explain.add_argument("--nproc", type=int, default=2, help="ranks per node to plan for (default 2)")
-    explain.add_argument("--nnodes", type=int, default=1, help="nodes to plan for (default 1)")
+    explain.add_argument("--nproc", "--nproc-per-node", type=int, default=None,
+                         help="ranks per node to plan for (default: the launcher's LOCAL_WORLD_SIZE "
+                              "when run under torchrun, else 2)")
+    explain.add_argument("--nnodes", type=int, default=None,
+                         help="nodes to plan for (default: WORLD_SIZE / LOCAL_WORLD_SIZE under torchrun, else 1)")
     explain.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                          help="plan for CPU ranks (gloo) or one GPU per rank (nccl); default cpu")
     explain.add_argument("--json", action="store_true", help="print JSON")

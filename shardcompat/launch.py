@@ -7,7 +7,9 @@ which survive a rank being killed (a queue would not).
 
 Inside a worker that a launcher already started (``torchrun``, or a process group that is
 already initialised), :func:`spawn` starts nothing: it runs the function on this rank, so
-one script works both ways.
+one script works both ways.  There it sets up the process group through
+:mod:`shardcompat._rendezvous`, so a group that torchrun restarts after a lost worker starts
+cleanly instead of meeting the dead attempt's addresses.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["WorkerFailed", "WorkerTimeout", "free_port", "launched", "spawn"]
+from ._rendezvous import attempt_store
+
+__all__ = ["WorkerFailed", "WorkerTimeout", "free_port", "init_launched_group", "launched", "spawn"]
 
 
 class WorkerFailed(RuntimeError):
@@ -123,6 +127,22 @@ def launched() -> bool:
     return bool(dist is not None and dist.is_available() and dist.is_initialized())
 
 
+def init_launched_group(backend: str = "gloo", collective_timeout: float = 60.0) -> None:
+    """``init_process_group`` for a rank that torchrun started, safe across torchrun restarts.
+
+    What ``dist.init_process_group(backend)`` does from torchrun's environment, except that
+    where torchrun shares its store across restarts each attempt gets its own prefix in it
+    (:mod:`shardcompat._rendezvous`), so a restarted group cannot fail on the previous
+    attempt's addresses.  Call it instead of ``init_process_group`` in a script run by
+    ``torchrun --max-restarts``.
+    """
+    import torch.distributed as dist
+
+    timeout = datetime.timedelta(seconds=collective_timeout)
+    store, rank, world = attempt_store(timeout)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
+
+
 def _run_here(fn: Callable[..., Any], args: Sequence[Any], backend: str, collective_timeout: float) -> list[Any]:
     """Run ``fn`` as this launcher-started rank; every rank's result, gathered to all."""
     import torch
@@ -132,7 +152,7 @@ def _run_here(fn: Callable[..., Any], args: Sequence[Any], backend: str, collect
     if owned:
         if backend == "nccl":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=collective_timeout))
+        init_launched_group(backend, collective_timeout)
     rank, world = dist.get_rank(), dist.get_world_size()
     try:
         try:

@@ -22,7 +22,7 @@ from typing import Any
 
 from .options import BACKEND_NAMES, parse_options
 
-__all__ = ["MATRIX_OPTIONS", "check", "collect", "render"]
+__all__ = ["MATRIX_OPTIONS", "MULTINODE_VERIFIED", "check", "collect", "multinode_section", "render"]
 
 MATRIX_OPTIONS = (
     "",
@@ -39,6 +39,21 @@ MATRIX_OPTIONS = (
     "zero_dp_3 limit_all_gathers=true",
 )
 _PLACEMENTS = {"cpu, 2 ranks": (2, 2, "cpu"), "cpu, 2 nodes x 2 ranks": (4, 2, "cpu")}
+
+# What has run across real launcher "nodes", and where: the two-agent tests (tests/multinode,
+# `nox -s multinode` in CI) start two torchrun agents on one machine, CPU and gloo.  The
+# table above says what a backend would plan for 2 nodes; this one what was run.  GPU nodes
+# (nccl between machines) are unverified until such a run exists.
+MULTINODE_COLUMNS = ("2 agents x 2 ranks, CPU (gloo, c10d rendezvous)", "GPU nodes (nccl)")
+MULTINODE_VERIFIED = {
+    "": "4-rank DDP reference; its checkpoint resumed as 2x2 hybrid_shard",
+    "simple": "same losses as 4-rank DDP",
+    "zero_dp_3": "same losses as 4-rank DDP; a lost node resumed on 2 ranks (4 -> 2); a Trainer script "
+                 "killed and resumed from its checkpoint",
+    "hybrid_shard": "same losses as 4-rank DDP (shards within a node, replicas across); a killed worker "
+                    "resumed; its checkpoint resumed as 4-rank DDP and 1x2 zero_dp_3",
+}
+_MULTINODE_TITLE = "## Multi-node: what was verified where"
 
 
 def _cell(backend: Any, probe: Any, options: str, placement: Any) -> str:
@@ -112,9 +127,19 @@ cannot run in that environment (reason below the table).
 """
 
 
+def multinode_section() -> str:
+    """The multi-node table: every matrix option, what ran across two agents, GPU nodes unverified."""
+    lines = [_MULTINODE_TITLE, "", "| options | " + " | ".join(MULTINODE_COLUMNS) + " |",
+             "|---" * (len(MULTINODE_COLUMNS) + 1) + "|"]
+    for options in MATRIX_OPTIONS:
+        cpu = MULTINODE_VERIFIED.get(options)
+        lines.append(f"| `{options or '(off: DDP)'}` | {f'verified: {cpu}' if cpu else 'not run'} | unverified |")
+    return "\n".join(lines) + "\n"
+
+
 def render(records: Iterable[dict[str, Any]]) -> str:
     ordered = sorted(records, key=lambda r: (r["torch"], r["fairscale"]))
-    return _HEADER + "\n" + "\n".join(_section(r) for r in ordered)
+    return _HEADER + "\n" + "\n".join([*(_section(r) for r in ordered), multinode_section()])
 
 
 def _sections(markdown: str) -> dict[str, str]:
@@ -126,6 +151,8 @@ def check(markdown: str, records: Iterable[dict[str, Any]]) -> list[str]:
     """Problems with the committed table for the versions these records ran (empty: current)."""
     committed = _sections(markdown)
     problems = []
+    if committed.get(_MULTINODE_TITLE[3:]) != multinode_section():
+        problems.append("the multi-node table differs from shardcompat.matrix.MULTINODE_VERIFIED")
     for record in records:
         key = _key(record)
         if key not in committed:

@@ -96,3 +96,42 @@ def test_explain_fairscale_says_which_implementation_serves_each_class(capsys: p
     for name in ("OSS", "ShardedDataParallel", "FullyShardedDataParallel", "ShardedGradScaler"):
         assert any(line.startswith(f"{name}: ") for line in lines), lines
     assert code == 0  # options default to off: plain DDP is always servable
+
+
+def test_explain_plans_for_the_launchers_layout_when_run_under_torchrun(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torchrun sets WORLD_SIZE and LOCAL_WORLD_SIZE; hybrid sharding needs the 2 nodes they imply."""
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    code, out = _run(capsys, "explain", "hybrid_shard", "--backend", "torch", "--json")
+    placement = json.loads(out)["placement"]
+    assert code == 0
+    assert (placement["world_size"], placement["nnodes"], placement["ranks_per_node"]) == (8, 2, 4)
+    assert "LOCAL_WORLD_SIZE" in placement["source"]
+
+
+def test_explain_command_line_layout_wins_over_the_environment(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    code, out = _run(capsys, "explain", "hybrid_shard", "--nnodes", "4", "--nproc-per-node", "8", "--backend", "torch")
+    assert code == 0
+    assert "32 rank(s) on 4 node(s) of 8, cpu (from the command line)" in out
+    code = cli.main(["explain", "--nnodes", "0"])
+    assert code == 2 and "--nnodes must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_the_multinode_table_claims_only_options_the_two_agent_tests_run() -> None:
+    """Every option the table calls verified on two agents is trained by tests/multinode, and
+    the committed docs/compatibility.md carries the table as the code renders it."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    sources = "".join(p.read_text() for p in (root / "tests" / "multinode").glob("test_*.py"))
+    for options in matrix.MULTINODE_VERIFIED:
+        if options:
+            assert f'"{options}"' in sources, options
+    assert matrix.multinode_section() in (root / "docs" / "compatibility.md").read_text()
+    assert all(line.endswith("| unverified |") for line in matrix.multinode_section().splitlines()[4:])

@@ -12,6 +12,12 @@ forward, after backward or after the optimizer step: zero_dp_2 holds full parame
 forward, every stage holds gradients after backward).  Peak RSS is the process's resident
 high-water mark (Linux VmHWM, reset at the start of each run; ru_maxrss elsewhere): it
 includes the Python interpreter and torch itself, unlike the state bytes.
+
+With ``--checkpoint-dir`` the run saves a ``step-N`` checkpoint every ``--save-every`` steps
+and ``--resume auto`` continues from the newest complete one (:mod:`.resume`): under
+``torchrun --max-restarts K`` a job whose worker died restarts there and ends exactly as an
+uninterrupted run would, since the model, optimizer, RNG and the losses so far are in the
+checkpoint and the data depends only on the step.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from .report import RankResult, RunResult, build_report, render_table
 if TYPE_CHECKING:
     from .models import ModelConfig
 
-__all__ = ["RunConfig", "configure_parser", "run", "train_rank"]
+__all__ = ["RunConfig", "configure_parser", "placement", "run", "train_rank"]
 
 @dataclass(frozen=True)
 class RunConfig:
@@ -50,14 +56,18 @@ class RunConfig:
     seed: int
     device: str  # "cpu" or "cuda"
     progress: str  # "bar", "lines" or "off" (rank 0 only)
+    checkpoint_dir: str | None = None  # step-N checkpoints go here
+    save_every: int = 0  # steps between checkpoints (0: none)
+    resume: str | None = None  # --resume: "auto" or a checkpoint folder
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     """Add the ``train`` arguments to ``parser``."""
     add_sharded_ddp_argument(parser)
-    parser.add_argument("--nproc", type=int, default=None,
+    parser.add_argument("--nproc", "--nproc-per-node", type=int, default=None,
                         help="local ranks to start (default 2; on GPUs, one per GPU up to 2); "
-                             "ignored under torchrun")
+                             "under torchrun its --nproc-per-node decides (torchrun itself refuses "
+                             "--nproc anywhere on its command line)")
     parser.add_argument("--backend", default="auto", choices=BACKEND_CHOICES,
                         help="which implementation serves the options (default auto)")
     parser.add_argument("--model", choices=("gpt", "mlp"), default="gpt", help="bundled model (default gpt)")
@@ -78,6 +88,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=600.0, help="limit for the whole job, seconds")
     parser.add_argument("--collective-timeout", type=float, default=120.0,
                         help="limit for any one collective, seconds (a lost rank cannot hang the job)")
+    parser.add_argument("--checkpoint-dir", default=None, metavar="DIR",
+                        help="save step-N checkpoints here (a shared folder when several nodes train)")
+    parser.add_argument("--save-every", type=int, default=None, metavar="N",
+                        help="save a checkpoint every N steps (needs --checkpoint-dir; default a quarter of --steps)")
+    parser.add_argument("--resume", default=None, metavar="auto|PATH",
+                        help="continue from a checkpoint: auto = the newest complete step-N in "
+                             "--checkpoint-dir (none yet: start afresh), or a checkpoint folder")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -92,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         configs = _configs(args)
         nproc = int(os.environ["WORLD_SIZE"]) if launched() else _nproc(args, configs[0].device)
+        _warn_ignored_nproc(args)
         _plan(configs, nproc)
     except ValueError as error:
         print(f"shardcompat train: error: {error}", file=sys.stderr)
@@ -101,9 +119,10 @@ def run(args: argparse.Namespace) -> int:
     except (WorkerFailed, WorkerTimeout) as error:
         print(f"shardcompat train: {error}", file=sys.stderr)
         return 1
-    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, rank 0 reports
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, global rank 0 reports
         reference = runs[1] if len(runs) > 1 else None
         report = build_report(_setup(configs, nproc), runs[:1], reference)
+        report["resumed_from_step"] = runs[0].resumed_from_step
         print(json.dumps(report, indent=2) if args.json else render_table(report))
     return 0
 
@@ -132,8 +151,35 @@ def _configs(args: argparse.Namespace) -> list[RunConfig]:
                         vocab=args.vocab, seq_len=args.seq_len)
     build_model(model, args.seed)  # sizes that cannot build a model fail here, not in every rank
     main = RunConfig(str(options) or "ddp", str(options), args.backend, model, args.steps,
-                     args.batch_size, args.lr, args.seed, device, progress)
-    return [main, replace(main, label="ddp", options="", backend="auto")] if args.compare_ddp else [main]
+                     args.batch_size, args.lr, args.seed, device, progress, *_checkpointing(args))
+    plain = replace(main, label="ddp", options="", backend="auto", checkpoint_dir=None, save_every=0,
+                    resume=None)  # the reference run is never saved or resumed
+    return [main, plain] if args.compare_ddp else [main]
+
+
+def _checkpointing(args: argparse.Namespace) -> tuple[str | None, int, str | None]:
+    """``(checkpoint_dir, save_every, resume)``, checked before any rank starts."""
+    from .resume import resolve_resume
+
+    save_every = args.save_every
+    if save_every is not None and args.checkpoint_dir is None:
+        raise ValueError("--save-every needs --checkpoint-dir: the folder for the step-N checkpoints")
+    if save_every is not None and save_every < 1:
+        raise ValueError(f"--save-every must be at least 1, got {save_every}")
+    if args.checkpoint_dir is not None and save_every is None:
+        save_every = max(1, args.steps // 4)
+    resolve_resume(args.resume, args.checkpoint_dir, args.steps)  # a bad --resume fails here, not in a rank
+    return args.checkpoint_dir, save_every or 0, args.resume
+
+
+def _warn_ignored_nproc(args: argparse.Namespace) -> None:
+    """Under a launcher the layout is the launcher's: say so when the command line asked for another."""
+    from ..launch import launched
+
+    local = os.environ.get("LOCAL_WORLD_SIZE")
+    if launched() and args.nproc is not None and local is not None and str(args.nproc) != local:
+        print(f"shardcompat train: warning: --nproc-per-node {args.nproc} is ignored under torchrun, which "
+              f"started {local} rank(s) on this node (its own --nproc-per-node decides)", file=sys.stderr)
 
 
 def _nproc(args: argparse.Namespace, device: str) -> int:
@@ -171,6 +217,27 @@ def _setup(configs: list[RunConfig], world_size: int) -> dict[str, Any]:
         "batch_size": configs[0].batch_size,
         "lr": configs[0].lr,
         "seed": configs[0].seed,
+        "placement": placement(configs[0].options, world_size),
+    }
+
+
+def placement(options: str, world_size: int) -> dict[str, Any]:
+    """Nodes, ranks per node and the mesh the sharding runs over, from the launcher's layout.
+
+    ``LOCAL_WORLD_SIZE`` (torchrun's ranks per node) when launched, else one node.  Hybrid
+    options shard within a node and replicate across nodes: a ``[nodes, ranks per node]``
+    mesh; everything else runs over all ranks as one dimension.
+    """
+    from ..options import parse_options
+
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    nodes = max(1, world_size // max(1, local))
+    hybrid = parse_options(options).hybrid
+    return {
+        "nodes": nodes,
+        "ranks_per_node": local,
+        "mesh": [nodes, world_size // nodes] if hybrid else [world_size],
+        "mesh_dims": ["replicate", "shard"] if hybrid else ["shard" if options else "replicate"],
     }
 
 
@@ -232,11 +299,12 @@ def train_rank(rank: int, world_size: int, config: RunConfig) -> RunResult:
         model, lambda params: torch.optim.AdamW(params, lr=config.lr), config.options,
         backend=config.backend, device=device,
     )
-    losses: list[float] = []
+    losses, resumed_from = _resume(prepared, config)
+    start_step = resumed_from or 0
     times: list[float] = []
     snapshots: dict[str, Any] = {}
     with _progress(config, rank) as report_loss:
-        for step in range(config.steps):
+        for step in range(start_step, config.steps):
             last = step == config.steps - 1
             start = time.perf_counter()
             loss = _step(prepared, config, rank, step, device, snapshots if last else None)
@@ -247,6 +315,7 @@ def train_rank(rank: int, world_size: int, config: RunConfig) -> RunResult:
             dist.all_reduce(total)
             losses.append(float(total) / world_size)
             report_loss(step, losses[-1])
+            _maybe_save(prepared, config, step + 1, losses)
     phase, state = max(snapshots.items(), key=lambda item: item[1].total)
     timed = times[:-1] or times  # the last step took the memory snapshots
     result = RankResult(
@@ -254,7 +323,46 @@ def train_rank(rank: int, world_size: int, config: RunConfig) -> RunResult:
         peak_device=int(torch.cuda.max_memory_allocated()) if cuda else None,
         median_step_s=statistics.median(timed),
     )
-    return RunResult(config.label, config.options, prepared.backend, losses, [result])
+    return RunResult(config.label, config.options, prepared.backend, losses, [result],
+                     resumed_from_step=resumed_from)
+
+
+def _resume(prepared: Any, config: RunConfig) -> tuple[list[float], int | None]:
+    """The losses so far and the step resumed from (``None``: a fresh start).
+
+    Rank 0 resolves ``--resume`` now (``auto``: the newest complete checkpoint at this
+    moment, which is what a restarted attempt needs) and tells the others, so every rank
+    loads the same checkpoint even if their views of the folder differ.
+    """
+    import torch.distributed as dist
+
+    from .resume import ResumeError, resolve_resume
+
+    if config.resume is None:
+        return [], None
+    choice: list[str | None] = [None, None]  # the checkpoint, or why there is none to take
+    if dist.get_rank() == 0:
+        try:
+            found = resolve_resume(config.resume, config.checkpoint_dir, config.steps)
+            choice[0] = None if found is None else str(found)
+        except ValueError as error:  # every rank raises it, none waits for rank 0
+            choice[1] = str(error)
+    dist.broadcast_object_list(choice, src=0)
+    if choice[1] is not None:
+        raise ResumeError(choice[1])
+    if choice[0] is None:
+        return [], None
+    loaded = prepared.load_checkpoint(choice[0])  # model, optimizer, step count and each rank's RNG
+    return [float(x) for x in loaded.get("losses", [])], int(loaded["step"])
+
+
+def _maybe_save(prepared: Any, config: RunConfig, done: int, losses: list[float]) -> None:
+    """Save ``step-<done>`` when it is due (never after the last step: nothing would resume from it)."""
+    if config.checkpoint_dir is None or done % config.save_every or done >= config.steps:
+        return
+    from .resume import checkpoint_path
+
+    prepared.save_checkpoint(checkpoint_path(config.checkpoint_dir, done), step=done, losses=list(losses))
 
 
 def _step(prepared: Any, config: RunConfig, rank: int, step: int, device: Any,

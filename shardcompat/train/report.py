@@ -35,6 +35,7 @@ class RunResult:
     backend: str
     losses: list[float]
     ranks: list[RankResult] = field(default_factory=list)
+    resumed_from_step: int | None = None  # the checkpoint's step when the run resumed; losses include the saved ones
 
 
 def _run_dict(run: RunResult) -> dict[str, Any]:
@@ -94,6 +95,13 @@ def render_table(report: dict[str, Any]) -> str:
         f"{model['kind']} ({model['parameters']:,} parameters), {report['world_size']} ranks on "
         f"{report['device']}, {report['steps']} steps, batch {report['batch_size']} per rank",
     ]
+    if "placement" in report:
+        where = report["placement"]
+        mesh = " x ".join(f"{n} {d}" for n, d in zip(where["mesh"], where["mesh_dims"]))
+        lines.append(f"placement: {where['nodes']} node(s) x {where['ranks_per_node']} rank(s), mesh {mesh}")
+    if report.get("resumed_from_step") is not None:
+        lines.append(f"resumed from the checkpoint at step {report['resumed_from_step']} "
+                     "(losses before it are the saved ones)")
     reference = report.get("reference")
     runs = [*report["runs"], *([reference] if reference else [])]
     for run in runs:
