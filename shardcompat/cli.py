@@ -92,6 +92,9 @@ def _explain(args: argparse.Namespace) -> int:
             row.update(call=found.call, notes=list(found.notes), effective_stage=found.zero_stage)
         rows.append(row)
     chosen = next((r["backend"] for r in rows if "call" in r), None)
+    from . import _explain_memory as memory
+
+    sized = memory.memory_section(args, options, placement, rows, chosen, args.backend) if memory.wanted(args) else {}
     data = {
         "options": str(options),
         "sharding": bool(options),
@@ -99,6 +102,7 @@ def _explain(args: argparse.Namespace) -> int:
         "placement": {"world_size": placement.world_size, "nnodes": placement.nnodes, "device": placement.device},
         "chosen": chosen,
         "backends": rows,
+        **sized,
     }
     facade = _facade() if args.fairscale else []
     if facade:
@@ -119,6 +123,8 @@ def _explain(args: argparse.Namespace) -> int:
         else:
             reason = row["reason"]
             print(f"{mark} {row['backend']}: {reason[:1].upper()}{reason[1:].rstrip('.')}.")
+    if sized:
+        print("\n".join(memory.render(sized, rows, chosen)))
     if facade:
         print("\nshardcompat.fairscale:")
         for line in facade:
@@ -175,7 +181,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     info.set_defaults(run=_info)
 
-    explain = sub.add_parser("explain", help="what the options become on each backend")
+    from ._explain_memory import EXAMPLES, add_arguments
+
+    explain = sub.add_parser("explain", help="what the options become on each backend, and will my model fit",
+                             epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     explain.add_argument("options", nargs="?", default="", help="e.g. 'zero_dp_3 offload auto_wrap'")
     explain.add_argument(
         "--fairscale", action="store_true",
@@ -189,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                          help="plan for CPU ranks (gloo) or one GPU per rank (nccl); default cpu")
     explain.add_argument("--json", action="store_true", help="print JSON")
+    add_arguments(explain)
     explain.set_defaults(run=_explain)
 
     from . import train
