@@ -97,8 +97,8 @@ def _fsdp2(model: nn.Module, lr: float) -> Built:
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     for block in model.modules():
         if isinstance(block, GPTBlock):
-            fully_shard(block, mesh=mesh, reshard_after_forward=True)
-    fully_shard(model, mesh=mesh, reshard_after_forward=True)
+            fully_shard(block, mesh=mesh)  # torch's defaults: units reshard after forward,
+    fully_shard(model, mesh=mesh)  # the root does not (backward needs it at once)
     return model, _adamw(lr)(model.parameters())
 
 
