@@ -219,6 +219,7 @@ def train_rank(rank: int, world_size: int, config: RunConfig) -> RunResult:
 
     import shardcompat
 
+    from ..comm import CommCounter
     from ..memory import peak_rss, reset_peak_rss
     from .models import build_model
 
@@ -239,7 +240,11 @@ def train_rank(rank: int, world_size: int, config: RunConfig) -> RunResult:
         for step in range(config.steps):
             last = step == config.steps - 1
             start = time.perf_counter()
-            loss = _step(prepared, config, rank, step, device, snapshots if last else None)
+            if last:  # the last step also counts its collectives (it is not timed)
+                with CommCounter() as counter:
+                    loss = _step(prepared, config, rank, step, device, snapshots)
+            else:
+                loss = _step(prepared, config, rank, step, device, None)
             if cuda:
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - start)
@@ -252,7 +257,7 @@ def train_rank(rank: int, world_size: int, config: RunConfig) -> RunResult:
     result = RankResult(
         rank=rank, state=state, state_phase=phase, peak_rss=peak_rss(),
         peak_device=int(torch.cuda.max_memory_allocated()) if cuda else None,
-        median_step_s=statistics.median(timed),
+        median_step_s=statistics.median(timed), comm=counter.volume.as_dict(),
     )
     return RunResult(config.label, config.options, prepared.backend, losses, [result])
 

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..memory import StateBytes, off_model_reason
+from ..comm import zero_model_volume
+from ..memory import StateBytes, off_model_reason, plan_stage
 
 __all__ = ["RankResult", "RunResult", "build_report", "format_bytes", "render_table"]
 
@@ -24,6 +25,8 @@ class RankResult:
     peak_rss: int
     peak_device: int | None
     median_step_s: float
+    # collective bytes and calls of one optimizer step by kind (shardcompat.comm.CommVolume.as_dict)
+    comm: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -69,19 +72,31 @@ def format_bytes(n: float | None) -> str:
     raise AssertionError("unreachable")
 
 
-_COLUMNS = ("run", "backend", "rank", "params", "grads", "optim", "total", "on CPU", "peak RSS", "step")
+_COLUMNS = ("run", "backend", "rank", "params", "grads", "optim", "total", "on CPU", "peak RSS", "step",
+            "comm/step", "calls")
 
 
-def _rows(run: dict[str, Any], reference: dict[str, Any] | None) -> list[list[str]]:
+def comm_ratio(run: dict[str, Any], rank: dict[str, Any], world_size: int, parameters: int, device: str) -> float | None:
+    """A rank's collective bytes of one step over the ZeRO model's (2Ψ; 3Ψ for stage 3; Ψ in fp32)."""
+    if not rank.get("comm"):
+        return None
+    stage = plan_stage(run["options"], run["backend"], world_size, device) if run["options"] else 0
+    return float(rank["comm"]["total"]) / zero_model_volume(stage, 4 * parameters)
+
+
+def _rows(run: dict[str, Any], reference: dict[str, Any] | None, report: dict[str, Any]) -> list[list[str]]:
     rows = []
     for i, r in enumerate(run["ranks"]):
+        ratio = comm_ratio(run, r, report["world_size"], report["model"]["parameters"], report["device"])
+        comm = "-" if ratio is None else f"{format_bytes(r['comm']['total'])} ({ratio:.2f}x)"
+        calls = "-" if ratio is None else str(r["comm"]["collectives"])
         total = format_bytes(r["total"])
         if reference is not None and reference is not run:
             total += f" ({r['total'] / reference['ranks'][i]['total']:.2f}x)"
         rows.append([
             run["label"], _served_by(run), str(r["rank"]), format_bytes(r["params"]), format_bytes(r["grads"]),
             format_bytes(r["optim"]), total, format_bytes(r["cpu"]), format_bytes(r["peak_rss"]),
-            f"{r['median_step_s'] * 1000:.1f} ms",
+            f"{r['median_step_s'] * 1000:.1f} ms", comm, calls,
         ])
     return rows
 
@@ -99,7 +114,7 @@ def render_table(report: dict[str, Any]) -> str:
         losses = run["losses"]
         who = f"{run['label']} on {run['backend']}" if run["options"] else f"{run['label']} (plain torch DDP)"
         lines.append(f"{who}: loss {losses[0]:.4f} -> {losses[-1]:.4f}")
-    table = [list(_COLUMNS)] + [row for run in runs for row in _rows(run, reference)]
+    table = [list(_COLUMNS)] + [row for run in runs for row in _rows(run, reference, report)]
     widths = [max(len(row[i]) for row in table) for i in range(len(_COLUMNS))]
     lines.append("")
     lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
@@ -110,7 +125,8 @@ def render_table(report: dict[str, Any]) -> str:
             lines.append(f"{run['label']} on {run['backend']}: {note}")
     if "max_loss_diff" in report:
         lines.append(f"\nlargest loss difference vs plain DDP: {report['max_loss_diff']:.3g}")
-    legend = "state = bytes of unique storages this rank holds"
+    legend = ("state = bytes of unique storages this rank holds; comm/step = collective bytes of the last "
+              "step (all-reduce counted twice) and (Nx) against the ZeRO model, 2Ψ or 3Ψ for zero_dp_3")
     if reference is not None:
         legend += "; (Nx) = total against the same rank of plain DDP"
     lines.append(f"({legend})")
