@@ -4,10 +4,12 @@ For each option and each backend that can serve it here, ``shardcompat train``'s
 (``train_rank``: unique storages, the largest point of the last step) measures the bytes
 of parameters, gradients and optimizer state on every rank; the planner
 (``shardcompat.planner.estimate``, what ``shardcompat explain --model`` prints) predicts
-them from the model's layout alone.  Each part of the largest rank is compared; target:
-every part within 5% (fp32, AdamW, CPU).
+them from the model's layout alone; likewise the collective bytes of one step by kind
+(counted at the dispatcher, ``shardcompat.comm``) against ``shardcompat.planner.volume``.
+Each part of the largest rank and each collective kind is compared; target: all within 5%
+(fp32, AdamW, CPU).
 
-    python -m benchmarks.planner [--quick] [--nproc 2 4] [--json]
+    python -m benchmarks.planner [--quick] [--nproc 2 4] [--backend NAME...] [--json]
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from shardcompat.comm import KINDS
 from shardcompat.launch import spawn
 from shardcompat.options import parse_options
-from shardcompat.planner import Estimate, estimate, layout_of
+from shardcompat.planner import Estimate, estimate, layout_of, volume
 from shardcompat.train.models import ModelConfig, build_model
 from shardcompat.train.report import format_bytes
 
@@ -43,15 +46,19 @@ class Row:
     phase: str
     planned: dict[str, float]
     planned_phase: str
+    comm_measured: dict[str, int]  # collective bytes of one step by kind
+    comm_planned: dict[str, float]
 
     def ratio(self, part: str) -> float:
-        measured, planned = self.measured[part], self.planned[part]
+        """Planned over measured for a state part, or for a collective kind."""
+        measured, planned = (self.measured[part], self.planned[part]) if part in PARTS else \
+            (self.comm_measured[part], self.comm_planned[part])
         return 1.0 if measured == planned == 0 else (planned / measured if measured else float("inf"))
 
     @property
     def worst(self) -> float:
-        """The part furthest from the measurement, as |ratio - 1|."""
-        return max(abs(self.ratio(part) - 1) for part in PARTS)
+        """The part or collective kind furthest from the measurement, as |ratio - 1|."""
+        return max(abs(self.ratio(part) - 1) for part in (*PARTS, *KINDS))
 
 
 def _measure(rank: int, world_size: int, cases: list[tuple[str, str]], model: ModelConfig) -> list[Any]:
@@ -62,20 +69,23 @@ def _measure(rank: int, world_size: int, cases: list[tuple[str, str]], model: Mo
 
     out: list[Any] = []
     for options, backend in cases:
-        config = RunConfig(options or "ddp", options, backend, model, steps=2, batch_size=2,
+        # 3 steps: DDP's second broadcasts its rebuilt buckets, once; the last step is a steady one
+        config = RunConfig(options or "ddp", options, backend, model, steps=3, batch_size=2,
                            lr=1e-3, seed=0, device="cpu", progress="off")
         try:
             result = train_rank(rank, world_size, config).ranks[0]
-            out.append((result.state, result.state_phase))
+            out.append((result.state, result.state_phase, result.comm["bytes"]))
         except Exception as error:  # one case failing must not hide the others
             out.append(f"{type(error).__name__}: {error}")
             dist.barrier()
     return out
 
 
-def planned(options: str, backend: str, stage: int, model: ModelConfig, nproc: int) -> Estimate:
+def planned(options: str, backend: str, stage: int, model: ModelConfig, nproc: int) -> tuple[Estimate, dict[str, float]]:
     parsed = parse_options(options)
-    return estimate(parsed, backend, stage, layout_of(build_model(model, 0), parsed), nproc, precision="fp32")
+    layout = layout_of(build_model(model, 0), parsed)
+    return (estimate(parsed, backend, stage, layout, nproc, precision="fp32"),
+            volume(parsed, backend, stage, layout, nproc, precision="fp32"))
 
 
 def measure(name: str, model: ModelConfig, nproc: int, options: tuple[str, ...] = OPTIONS,
@@ -89,21 +99,23 @@ def measure(name: str, model: ModelConfig, nproc: int, options: tuple[str, ...] 
         if failed:
             failures.append(f"{options_ or 'ddp'} on {backend}, {nproc} ranks: {failed.splitlines()[0]}")
             continue
-        state, phase = max(results, key=lambda r: r[0].total)
-        plan = planned(options_, backend, stage, model, nproc)
+        state, phase, comm = max(results, key=lambda r: r[0].total)
+        plan, moved = planned(options_, backend, stage, model, nproc)
         rows.append(Row(name, options_ or "ddp", backend, nproc,
                         {"params": state.params, "grads": state.grads, "optimizer": state.optim}, phase,
-                        {part: getattr(plan, part) for part in PARTS}, plan.phase))
+                        {part: getattr(plan, part) for part in PARTS}, plan.phase, comm, moved))
     return rows, failures
 
 
 def table(rows: list[Row]) -> str:
     head = (f"{'model':<7} {'options':<27} {'backend':<14} {'N':>2}  "
-            + "  ".join(f"{part + ' measured / planned':<34}" for part in PARTS) + "  peak phase (measured / planned)")
+            + "  ".join(f"{part + ' measured / planned':<34}" for part in (*PARTS, "comm/step"))
+            + "  peak phase (measured / planned)")
     lines = [head]
     for r in rows:
-        cells = "  ".join(f"{format_bytes(r.measured[p]):>10} / {format_bytes(r.planned[p]):>10} "
-                          f"{r.ratio(p):7.3f}x " for p in PARTS)
+        cells = "  ".join(f"{format_bytes(m):>10} / {format_bytes(p):>10} {p / m if m else 1:7.3f}x " for m, p in (
+            *((r.measured[part], r.planned[part]) for part in PARTS),
+            (sum(r.comm_measured.values()), sum(r.comm_planned.values()))))
         mark = " *" if r.worst > TOLERANCE else ""
         lines.append(f"{r.model:<7} {r.options:<27} {r.backend:<14} {r.nproc:>2}  {cells}  "
                      f"{r.phase} / {r.planned_phase}{mark}")
@@ -114,6 +126,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="the small model only")
     parser.add_argument("--nproc", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--backend", nargs="+", default=None, help="only these backends (default: all here)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = parser.parse_args()
     rows, failures = [], []
@@ -121,7 +134,7 @@ def main() -> int:
         if args.quick and name != "small":
             continue
         for nproc in args.nproc:
-            found, failed = measure(name, model, nproc)
+            found, failed = measure(name, model, nproc, backends=tuple(args.backend) if args.backend else None)
             rows += found
             failures += failed
     if args.json:

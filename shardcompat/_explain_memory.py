@@ -12,8 +12,9 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .comm import zero_model_volume
 from .options import ShardingOptions, ShardingOptionsError, parse_options
-from .planner import OPTIMIZERS, PRECISIONS, Estimate, Layout, estimate, layout_of
+from .planner import OPTIMIZERS, PRECISIONS, Estimate, Layout, estimate, layout_of, volume
 
 if TYPE_CHECKING:
     from torch import nn
@@ -202,10 +203,16 @@ def memory_section(args: argparse.Namespace, options: ShardingOptions, placement
 
     model = load_model(args.model) if args.model is not None else None
     layout = _layout(args, options, model)
+    psi_bytes = layout.parameters * PRECISIONS[args.precision].param
     for row in rows:
         if "call" in row:
-            row["estimate"] = _estimate(args, options, row["backend"], row["effective_stage"], placement,
-                                        model).as_dict()
+            stage = row["effective_stage"]
+            row["estimate"] = _estimate(args, options, row["backend"], stage, placement, model).as_dict()
+            moved = volume(options, row["backend"], stage, layout, _shard_world(options, placement),
+                           precision=args.precision, nnodes=placement.nnodes)
+            total = sum(moved.values())
+            row["estimate"]["comm"] = {**{k: round(v) for k, v in moved.items()}, "total": round(total),
+                                       "zero_model_ratio": round(total / zero_model_volume(stage, psi_bytes), 4)}
     data: dict[str, Any] = {
         "parameters": layout.parameters,
         "exact": layout.exact,
@@ -252,14 +259,15 @@ def render(data: dict[str, Any], rows: list[dict[str, Any]], chosen: str | None)
                      + (f": {', '.join(units[:4])}{', ...' if len(units) > 4 else ''}" if units else "")
                      + f"; the root unit keeps {data['auto_wrap']['root_parameters']:,} parameters")
     lines.append(f"  {'backend':<15} {'params':>10} {'grads':>10} {'optimizer':>10} {'total':>10} "
-                 f"{'on host':>10}  peak")
+                 f"{'on host':>10}  {'peak':<14} {'comm/step (vs ZeRO model)':>26}")
     for row in rows:
         if "estimate" not in row:
             continue
         e = row["estimate"]
         mark = "*" if row["backend"] == chosen else " "
         lines.append(f"{mark} {row['backend']:<15} {_gb(e['params']):>10} {_gb(e['grads']):>10} "
-                     f"{_gb(e['optimizer']):>10} {_gb(e['total']):>10} {_gb(e['host']):>10}  {e['phase']}")
+                     f"{_gb(e['optimizer']):>10} {_gb(e['total']):>10} {_gb(e['host']):>10}  {e['phase']:<14} "
+                     f"{_gb(e['comm']['total']):>17} ({e['comm']['zero_model_ratio']:.2f}x)")
     fit = data.get("fit")
     if fit:
         lines.append(f"\nfits in {_gb(fit['gpu_memory'])} per GPU, leaving {fit['headroom']:.0%} for activations "

@@ -42,6 +42,8 @@ __all__ = [
     "Estimate",
     "Layout",
     "estimate",
+    "layout_of",
+    "volume",
 ]
 
 Shape = tuple[int, ...]
@@ -297,3 +299,48 @@ def estimate(options: ShardingOptions, backend: str, stage: int, layout: Layout,
         full = _fsdp_shards(backend, layout, world)[1]
         best = dataclasses.replace(best, working=max(full) * bytes_.param)
     return best
+
+
+# --------------------------------------------------------------------------- communication
+
+
+def volume(options: ShardingOptions, backend: str, stage: int, layout: Layout, world: int, *,
+           precision: str = "fp32", nnodes: int = 1) -> dict[str, float]:
+    """Collective bytes one rank moves per optimizer step, by kind (``shardcompat.comm.KINDS``),
+    counted as :class:`shardcompat.comm.CommCounter` counts them (an all-reduce twice its size).
+
+    Gathers move parameters (``precision``'s parameter bytes), reductions gradients.  ``world``
+    is the ranks parameters are sharded over; with hybrid sharding on ``nnodes`` nodes each
+    rank also all-reduces its gradient shard across the nodes.
+    """
+    from .options import Stage
+
+    bytes_ = PRECISIONS[precision]
+    psi = float(layout.parameters)
+    out = {"all-reduce": 0.0, "reduce-scatter": 0.0, "all-gather": 0.0, "broadcast": 0.0, "reduce": 0.0}
+    if backend in ("torch-zero", "fairscale-sdp"):
+        if backend == "fairscale-sdp" and options.stage is Stage.SIMPLE:
+            out["reduce"] = psi * bytes_.grad  # ShardedDDP: each gradient to its owner
+        else:
+            out["all-reduce"] = 2 * psi * bytes_.grad  # DDP
+        if stage:
+            out["broadcast"] = psi * bytes_.param  # each owner's updated parameters
+        return out
+    if layout.exact:
+        shard, full, _ = _fsdp_shards(backend, layout, world)
+    else:
+        shard, full = [psi / world], [psi]
+    gathered = sum(full)
+    if stage == 2:
+        again = 0.0
+    elif backend == "torch-fsdp2" and not options.auto_wrap:
+        again = gathered  # the whole model, resharded after forward, gathered again for backward
+    elif not layout.exact and options.auto_wrap:
+        again = gathered  # units unknown: the root taken as negligible
+    else:
+        again = gathered - full[0]  # every unit but the root, which stays gathered
+    out["all-gather"] = (gathered + again) * bytes_.param
+    out["reduce-scatter"] = gathered * bytes_.grad
+    if options.hybrid and nnodes > 1:
+        out["all-reduce"] = 2 * sum(shard) * bytes_.grad
+    return out

@@ -125,6 +125,7 @@ def test_nothing_fits_is_said_and_json_names_no_recommendation() -> None:
 def test_the_estimate_fields_for_the_chosen_backend_and_every_other() -> None:
     data = explain_json("zero_dp_3", "--params", "1B", "--nproc", "4", "--precision", "fp32")
     assert data["chosen"] == "torch-fsdp2" and data["parameters"] == 10**9
+    assert data["estimate"].pop("comm")["zero_model_ratio"] == 1.0
     assert data["estimate"] == {"params": 10**9, "grads": 10**9, "optimizer": 2 * 10**9, "total": 4 * 10**9,
                                 "host": 0, "device": 4 * 10**9, "working": 0, "phase": "after backward"}
     fsdp1 = next(r for r in data["backends"] if r["backend"] == "torch-fsdp1")
@@ -222,12 +223,13 @@ def test_a_1_5b_config_is_counted_in_seconds(tmp_path: Path) -> None:
 
 def _held_to_measurement(options: tuple[str, ...]) -> None:
     from benchmarks.planner import MODELS, PARTS, TOLERANCE, measure
+    from shardcompat.comm import KINDS
 
     rows, failures = measure("small", MODELS["small"], 2, options)
     assert not failures, failures
     assert {r.backend for r in rows} >= {"torch-zero", "torch-fsdp2", "torch-fsdp1"}
     for row in rows:
-        for part in PARTS:
+        for part in (*PARTS, *KINDS):  # state parts and collective bytes by kind
             assert abs(row.ratio(part) - 1) <= TOLERANCE, (row, part)
         assert row.phase == row.planned_phase, row
 
@@ -235,8 +237,9 @@ def _held_to_measurement(options: tuple[str, ...]) -> None:
 @pytest.mark.timeout(300)
 def test_the_planner_matches_measured_state_part_by_part_on_2_ranks() -> None:
     """Real gloo ranks: the largest rank's params, grads and optimizer state at the report's peak
-    (ZeRO-1's partition, zero_dp_2's gathered parameters after forward, FSDP1's unresharded root)."""
-    _held_to_measurement(("simple", "zero_dp_2", "zero_dp_3"))
+    (ZeRO-1's partition, zero_dp_2's gathered parameters after forward, FSDP1's unresharded root),
+    and each kind of collective bytes of a step (the root FSDP2 keeps gathered under auto_wrap)."""
+    _held_to_measurement(("simple", "zero_dp_2", "zero_dp_3 auto_wrap"))
 
 
 @pytest.mark.slow
@@ -253,3 +256,26 @@ def test_without_transformers_a_config_is_refused_with_the_way_out(tmp_path: Pat
     monkeypatch.setitem(__import__("sys").modules, "transformers", None)  # as if not installed
     code, _, err = explain("--model", str(tmp_path), "--nproc", "2")
     assert code == 2 and "needs transformers" in err and "--params N" in err
+
+
+@pytest.mark.parametrize(("options", "backend", "stage", "model_psi"), [
+    ("", "torch-zero", 0, 2.0), ("zero_dp_1", "torch-zero", 1, 3.0), ("simple", "fairscale-sdp", 2, 2.0),
+    ("zero_dp_2", "torch-fsdp2", 2, 2.0), ("zero_dp_3", "torch-fsdp2", 3, 3.0), ("zero_dp_3", "torch-fsdp1", 3, 2.0),
+])
+def test_the_volume_of_each_backend_in_psi(options: str, backend: str, stage: int, model_psi: float) -> None:
+    """torch-zero's ZeRO-1 is DDP's all-reduce plus the broadcast (3Ψ); fairscale's reduces to owners
+    (2Ψ); unwrapped FSDP1 keeps its root, the whole model, so backward gathers nothing (2Ψ)."""
+    from shardcompat.planner import volume
+
+    moved = volume(parse_options(options), backend, stage, Layout.count(10**6), 8, precision="fp32")
+    assert sum(moved.values()) == model_psi * 4 * 10**6
+
+
+def test_explain_states_each_backends_volume() -> None:
+    data = explain_json("zero_dp_1", "--params", "1B", "--nproc", "4", "--precision", "fp32")
+    comm = data["estimate"]["comm"]
+    assert (comm["all-reduce"], comm["broadcast"], comm["zero_model_ratio"]) == (8 * 10**9, 4 * 10**9, 1.5)
+    wrapped = explain_json("zero_dp_3", "--params", "1B", "--nproc", "4", "--precision", "fp32")
+    assert wrapped["estimate"]["comm"]["zero_model_ratio"] == 1.0
+    code, out, _ = explain("zero_dp_1", "--params", "1B", "--nproc", "4")
+    assert code == 0 and "comm/step" in out and "(1.50x)" in out
