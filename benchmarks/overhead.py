@@ -78,7 +78,8 @@ def _ddp_zero(model: nn.Module, lr: float) -> Built:
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
     ddp = nn.parallel.DistributedDataParallel(model)
-    return ddp, ZeroRedundancyOptimizer(list(ddp.parameters()), optimizer_class=torch.optim.AdamW, lr=lr)
+    return ddp, ZeroRedundancyOptimizer(list(ddp.parameters()), optimizer_class=torch.optim.AdamW,
+                                        parameters_as_bucket_view=True, lr=lr)
 
 
 def _fsdp1(model: nn.Module, lr: float) -> Built:
