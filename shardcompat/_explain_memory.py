@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .comm import zero_model_volume
+from .memory import zero_model_volume
 from .options import ShardingOptions, ShardingOptionsError, parse_options
 from .planner import OPTIMIZERS, PRECISIONS, Estimate, Layout, estimate, layout_of, volume
 

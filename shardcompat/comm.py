@@ -9,7 +9,8 @@ of the backend being measured.
 Volume follows the ZeRO paper's accounting (§7), per rank, in bytes: an all-reduce of n
 bytes counts 2n (a reduce-scatter plus an all-gather); a reduce-scatter counts its input
 (n, the full tensor), an all-gather its output (n), a broadcast or a reduce n.  The model:
-plain DDP, ZeRO-1 and ZeRO-2 move 2Ψ per step, ZeRO-3 3Ψ (Ψ: the parameters' bytes).
+plain DDP, ZeRO-1 and ZeRO-2 move 2Ψ per step, ZeRO-3 3Ψ (Ψ: the parameters' bytes;
+:func:`shardcompat.memory.zero_model_volume`, kept there so the report imports no torch).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from .memory import zero_model_volume
 
 __all__ = ["KINDS", "CommCounter", "CommVolume", "zero_model_volume"]
 
@@ -93,8 +96,3 @@ class CommCounter(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 self.volume.bytes[kind] += times * _bytes(args[arg] if len(args) > arg else None)
                 self.volume.calls[kind] += 1
         return func(*args, **(kwargs or {}))
-
-
-def zero_model_volume(stage: int, psi_bytes: int) -> int:
-    """The ZeRO paper's per-rank volume of one step: 2Ψ for DDP and stages 1-2, 3Ψ for stage 3."""
-    return (3 if stage == 3 else 2) * psi_bytes

@@ -13,8 +13,9 @@ import pytest
 import torch
 from torch import nn
 
-from shardcompat.comm import KINDS, CommCounter, zero_model_volume
+from shardcompat.comm import KINDS, CommCounter
 from shardcompat.launch import spawn
+from shardcompat.memory import zero_model_volume
 from shardcompat.train.models import GPT, GPTBlock, ModelConfig, count_parameters
 
 F32 = 4
@@ -108,6 +109,7 @@ def test_the_train_report_counts_zero_1_on_torch_zero() -> None:
         comm = rank["comm"]
         assert comm["bytes"]["all-reduce"] == 2 * psi and comm["bytes"]["broadcast"] == psi
         assert comm["calls"]["broadcast"] == 2  # bucketed: one per owner, not one per parameter
+        assert comm["zero_model_ratio"] == 1.5
     from shardcompat.train.report import render_table
 
     assert "(1.50x)" in render_table(data)

@@ -11,7 +11,9 @@ The report counts state from the unique storages each rank holds (see
 forward, after backward or after the optimizer step: zero_dp_2 holds full parameters after
 forward, every stage holds gradients after backward).  Peak RSS is the process's resident
 high-water mark (Linux VmHWM, reset at the start of each run; ru_maxrss elsewhere): it
-includes the Python interpreter and torch itself, unlike the state bytes.
+includes the Python interpreter and torch itself, unlike the state bytes.  The last step's
+collectives are counted at torch's dispatcher (:mod:`shardcompat.comm`: every ``c10d`` call,
+DDP's C++ reducer included) and held against the ZeRO model's volume.
 """
 
 from __future__ import annotations

@@ -9,8 +9,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..comm import zero_model_volume
-from ..memory import StateBytes, off_model_reason, plan_stage
+from ..memory import StateBytes, off_model_reason, plan_stage, zero_model_volume
 
 __all__ = ["RankResult", "RunResult", "build_report", "format_bytes", "render_table"]
 
@@ -59,6 +58,11 @@ def build_report(setup: dict[str, Any], runs: Sequence[RunResult], reference: Ru
     if reference is not None:
         report["reference"] = _run_dict(reference)
         report["max_loss_diff"] = max(max_loss_diff(r.losses, reference.losses) for r in runs)
+    for run in [*report["runs"], *([report["reference"]] if reference is not None else [])]:
+        for rank in run["ranks"]:
+            ratio = comm_ratio(run, rank, setup["world_size"], setup["model"]["parameters"], setup["device"])
+            if ratio is not None:
+                rank["comm"]["zero_model_ratio"] = round(ratio, 4)
     return report
 
 
@@ -84,10 +88,10 @@ def comm_ratio(run: dict[str, Any], rank: dict[str, Any], world_size: int, param
     return float(rank["comm"]["total"]) / zero_model_volume(stage, 4 * parameters)
 
 
-def _rows(run: dict[str, Any], reference: dict[str, Any] | None, report: dict[str, Any]) -> list[list[str]]:
+def _rows(run: dict[str, Any], reference: dict[str, Any] | None) -> list[list[str]]:
     rows = []
     for i, r in enumerate(run["ranks"]):
-        ratio = comm_ratio(run, r, report["world_size"], report["model"]["parameters"], report["device"])
+        ratio = r.get("comm", {}).get("zero_model_ratio")
         comm = "-" if ratio is None else f"{format_bytes(r['comm']['total'])} ({ratio:.2f}x)"
         calls = "-" if ratio is None else str(r["comm"]["collectives"])
         total = format_bytes(r["total"])
@@ -114,7 +118,7 @@ def render_table(report: dict[str, Any]) -> str:
         losses = run["losses"]
         who = f"{run['label']} on {run['backend']}" if run["options"] else f"{run['label']} (plain torch DDP)"
         lines.append(f"{who}: loss {losses[0]:.4f} -> {losses[-1]:.4f}")
-    table = [list(_COLUMNS)] + [row for run in runs for row in _rows(run, reference, report)]
+    table = [list(_COLUMNS)] + [row for run in runs for row in _rows(run, reference)]
     widths = [max(len(row[i]) for row in table) for i in range(len(_COLUMNS))]
     lines.append("")
     lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
