@@ -279,3 +279,11 @@ def test_explain_states_each_backends_volume() -> None:
     assert wrapped["estimate"]["comm"]["zero_model_ratio"] == 1.0
     code, out, _ = explain("zero_dp_1", "--params", "1B", "--nproc", "4")
     assert code == 0 and "comm/step" in out and "(1.50x)" in out
+
+
+def test_hybrid_shards_over_one_node_and_all_reduces_its_shard_across_nodes() -> None:
+    data = explain_json("hybrid_shard", "--params", "1B", "--nproc", "4", "--nnodes", "2", "--precision", "fp32")
+    assert data["memory"]["sharded_over"] == 4 and data["estimate"]["total"] == 16 * 10**9 / 4
+    comm = data["estimate"]["comm"]
+    assert comm["all-reduce"] == 2 * 4 * 10**9 / 4  # the gradient shard, across the 2 nodes
+    assert comm["all-gather"] + comm["reduce-scatter"] == 3 * 4 * 10**9
