@@ -2,7 +2,7 @@
 
 1. A tree with a few dozen files holding legacy usage: ``shardcompat-migrate --check`` against
    libcst's stock runner (``python -m libcst.tool codemod``) applying the same codemod
-   (``python_legacy.MigrateShardedDDP``) to every file.  Target: at least 20x faster.
+   (``sharded_ddp.commands.MigrateShardedDDP``) to every file.  Target: at least 20x faster.
 2. The same tree with no legacy usage at all: ``shardcompat-migrate --check`` against a plain
    Python byte scan of the same files.  Target: within 3x (start-up stays light).
 3. The Python path: ``shardcompat-migrate --check -j 1`` over a few large Python files against
@@ -185,7 +185,7 @@ def main() -> int:
             print(f"note: only {copied} files available in site-packages", file=sys.stderr)
         migrate = [python, "-m", "codemods.cli", "--check", "--no-progress", "--jobs", str(args.jobs)]
         ours_dirty = timed([*migrate, str(dirty)], repeats, (1,))
-        stock = [python, "-m", "libcst.tool", "codemod", "python_legacy.MigrateShardedDDP", "--no-format",
+        stock = [python, "-m", "libcst.tool", "codemod", "sharded_ddp.commands.MigrateShardedDDP", "--no-format",
                  "--hide-progress", "-u", "1", "-j", str(args.jobs), str(dirty / "src")]
         libcst_time = timed(stock, 1, (0, 1))
         ours_clean = timed([*migrate, str(clean)], repeats, (0,))

@@ -2,17 +2,12 @@
 
 ``shardcompat-migrate`` (:mod:`codemods.cli`) walks a repository and rewrites every legacy
 boolean ``--sharded_ddp`` usage to the list syntax (or, with ``--to fsdp``, to Transformers'
-``fsdp=True`` + ``fsdp_config``).  The layout:
-
-- the driver: :mod:`.cli` (arguments, exit codes), :mod:`.walk` (git-aware discovery),
-  :mod:`.scope` (evidence), :mod:`.engine` (one file), :mod:`.report`, :mod:`.write`;
-- :mod:`.flags`: the one table of flag rules every format asks (values, argv lists, command
-  lines); :mod:`.argv` applies its argv plan to spans;
-- :mod:`.formats`: one module per file format (Python, shell, Markdown/RST, configs, notebooks);
-- :mod:`.pyscan` and :mod:`.pyrules`: the Python path (``ast`` finds the statements, libcst
-  rules rewrite them);
-- :mod:`.python_legacy` and :mod:`.fairscale_imports`: the same rules as libcst codemod
-  commands, for ``python -m libcst.tool codemod`` (see ``.libcst.codemod.yaml``).
-
-Importing this package is cheap: no libcst, no torch.
+``fsdp=True`` + ``fsdp_config``), in three layers: :mod:`.run` is the run (walk, evidence, one
+file per worker, report, atomic write) that :mod:`.cli` drives; :mod:`.formats` holds the
+per-format readers and writers (Python, shell, Markdown/RST, configs, notebooks) and the text
+machinery they share (spans, JSON spans, argv lists); :mod:`.rules` holds the rule tables
+(``--sharded_ddp``, fairscale imports, and any new table beside them), each as a table every
+format asks, libcst rules for Python and libcst codemod commands for
+``python -m libcst.tool codemod`` (see ``.libcst.codemod.yaml``).  Importing this package is
+cheap: no libcst, no torch.
 """

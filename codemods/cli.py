@@ -20,14 +20,14 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from .context import Settings, fsdp_form_for, needles
-from .kinds import detect_kind
-from .report import FileReport, RunReport
-from .walk import iter_files
+from .formats.kinds import detect_kind
+from .run.context import Settings, fsdp_form_for, needles
+from .run.report import FileReport, RunReport
+from .run.walk import iter_files
 
 if TYPE_CHECKING:  # the rewriters and the evidence rules load only when a file matches
-    from .engine import Job
-    from .scope import Evidence
+    from .run.engine import Job
+    from .run.scope import Evidence
 
 __all__ = ["build_parser", "main", "pool_size", "run"]
 
@@ -118,7 +118,7 @@ def _scan(paths: Sequence[str], excludes: Sequence[str], wanted: tuple[bytes, ..
 
 def _evidence(roots: set[str]) -> dict[str, Evidence]:
     """Scope evidence, gathered only when something matched: every file of each root."""
-    from .scope import Evidence
+    from .run.scope import Evidence
 
     found: dict[str, Evidence] = {}
     for root in roots:
@@ -138,8 +138,8 @@ def _display(path: str) -> str:
 
 
 def _jobs(matched: list[tuple[str, str, str]], evidence: dict[str, Evidence], args: argparse.Namespace) -> list[Job]:
-    from .engine import Job
-    from .scope import decide, is_output
+    from .run.engine import Job
+    from .run.scope import decide, is_output
 
     jobs = []
     form = fsdp_form_for(args.transformers)
@@ -173,7 +173,7 @@ def pool_size(jobs: Sequence[Job], limit: int) -> int:
 
 
 def _run_jobs(jobs: list[Job], workers: int, progress: _Progress) -> Iterator[FileReport]:
-    from .engine import process_file
+    from .run.engine import process_file
 
     if workers <= 1:
         for job in jobs:
@@ -203,7 +203,7 @@ def run(args: argparse.Namespace) -> RunReport:
             report.files.append(result)
     progress.close()
     if args.mode == "write":
-        from .write import atomic_write
+        from .run.write import atomic_write
 
         paths = {job.display: job.path for job in jobs}
         for result in report.changed:

@@ -1,4 +1,10 @@
-"""One module per file format, each turning decoded text into span edits by the shared flag
-rules of :mod:`codemods.flags`: :mod:`.python` (libcst), :mod:`.shell` (shell scripts,
-Makefiles, Dockerfiles), :mod:`.markdown` (Markdown, reStructuredText), :mod:`.config` (JSON,
-YAML, TOML, INI) and :mod:`.notebook` (Jupyter)."""
+"""Per-format readers and writers: decoded text in, span edits out, bytes outside the spans untouched.
+
+One module per file format: :mod:`.python` (the fast ``ast`` path over :mod:`.pyscan`'s units
+with the libcst rules, or the whole module), :mod:`.shell` (shell scripts, Makefiles,
+Dockerfiles), :mod:`.markdown` (Markdown, reStructuredText), :mod:`.config` (JSON, YAML, TOML,
+INI) and :mod:`.notebook` (Jupyter); :mod:`.kinds` tells which format a file is.  The text
+machinery they share: :mod:`.spans` (span edits, line numbers, skip markers, byte-faithful
+decoding), :mod:`.jsonspan` (a JSON reader that keeps every value's span) and :mod:`.argv`
+(argv lists by span, in every written form).  What to change comes from :mod:`codemods.rules`.
+"""

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import re
 
-from ..context import Settings
-from ..flags import FLAG, FSDP_FLAG, Rewrite
-from ..spans import SpanEdit, block_end, gaps
+from ..rules.sharded_ddp.flags import FLAG, FSDP_FLAG, Rewrite
+from ..run.context import Settings
 from .python import PythonHook
 from .shell import commands
+from .spans import SpanEdit, block_end, gaps
 
 __all__ = ["rewrite_markdown", "rewrite_rst"]
 

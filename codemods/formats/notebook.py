@@ -14,13 +14,13 @@ import json
 import re
 from collections.abc import Callable
 
-from .. import jsonspan
-from ..context import Settings
-from ..flags import Issue, Rewrite, rewrite_commands
-from ..kinds import detect_kind
-from ..report import Edit
-from ..spans import SpanEdit, apply_spans
+from ..rules.sharded_ddp.flags import Issue, Rewrite, rewrite_commands
+from ..run.context import Settings
+from ..run.report import Edit
+from . import jsonspan
+from .kinds import detect_kind
 from .python import NOT_PARSED, PythonHook
+from .spans import SpanEdit, apply_spans
 
 __all__ = ["rewrite_notebook"]
 

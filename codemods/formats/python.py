@@ -1,8 +1,8 @@
 """Python files and Python snippets (notebook cells, Markdown blocks) by the libcst rules.
 
-The fast path: ``ast.parse`` the file (C, a few milliseconds), let :mod:`codemods.pyscan` find
+The fast path: ``ast.parse`` the file (C, a few milliseconds), let :mod:`codemods.formats.pyscan` find
 the statements a rule can act on, parse only those with libcst, run the rules of
-:mod:`codemods.pyrules` on them and splice their new text back by offset.  Line numbers come
+:mod:`codemods.rules` on them and splice their new text back by offset.  Line numbers come
 from the offsets; positions are resolved only for what a rule reports on a unit of several
 lines.  A file whose mentions are all comments, docstrings or messages never loads libcst.
 Anything the fast path cannot place exactly (a file the running Python cannot parse, a unit
@@ -18,14 +18,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from ..context import Settings
-from ..flags import Issue, Rewrite
-from ..report import Edit, FileReport, Finding
-from ..spans import SpanEdit, apply_spans, file_skipped
+from ..rules import python_rules
+from ..rules.sharded_ddp.flags import Issue, Rewrite
+from ..run.context import Settings
+from ..run.report import Edit, FileReport, Finding
+from .spans import SpanEdit, apply_spans, file_skipped
 
 if TYPE_CHECKING:
-    from ..pyrules import Records, Rule
-    from ..pyscan import Facts, Unit
+    from ..rules.base import Records
+    from .pyscan import Facts, Unit
 
 __all__ = ["NOT_PARSED", "NotPython", "PythonHook", "PythonResult", "migrate_module", "migrate_source", "python_hook", "rewrite_python"]
 
@@ -58,19 +59,6 @@ class _Fallback(Exception):
     """A unit the fast path cannot place exactly: run on the whole module instead."""
 
 
-def _rules(settings: Settings) -> list[type[Rule]]:
-    rules: list[type[Rule]] = []
-    if settings.legacy:
-        from ..pyrules.legacy import LEGACY
-
-        rules += LEGACY
-    if settings.fairscale_imports:
-        from ..pyrules.fairscale import FairscaleImports
-
-        rules.append(FairscaleImports)
-    return rules
-
-
 def _decode(source: bytes) -> tuple[str, str]:
     """The text and its encoding (the coding cookie or BOM, else UTF-8)."""
     encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
@@ -82,7 +70,7 @@ def migrate_module(source: bytes | str, settings: Settings) -> PythonResult:
     grammar reads newer Python too), and the reference the fast path is tested against."""
     import libcst
 
-    from ..pyrules import Records, prepare, run
+    from ..rules.base import Records, prepare, run
 
     try:
         module = libcst.parse_module(source)
@@ -90,7 +78,7 @@ def migrate_module(source: bytes | str, settings: Settings) -> PythonResult:
         raise NotPython(str(error).splitlines()[0]) from error
     records = Records(settings)
     prepare(records, source.decode(module.encoding, "replace") if isinstance(source, bytes) else source)
-    module = run(module, records, _rules(settings))
+    module = run(module, records, python_rules(settings))
     code: bytes | str = module.bytes if isinstance(source, bytes) else module.code
     return PythonResult(code, records.edits, records.warnings, whole=True)
 
@@ -107,7 +95,7 @@ def migrate_source(source: bytes | str, settings: Settings) -> PythonResult:
         tree = ast.parse(text)
     except (SyntaxError, ValueError):  # newer syntax than this Python's, or not Python at all
         return migrate_module(source, settings)
-    from ..pyscan import scan
+    from .pyscan import scan
 
     units, facts, _ = scan(text, tree, legacy=settings.legacy, fairscale=settings.fairscale_imports)
     if not units and not facts.aliases:
@@ -124,7 +112,7 @@ def migrate_source(source: bytes | str, settings: Settings) -> PythonResult:
 
 
 def _units(text: str, units: list[Unit], facts: Facts, settings: Settings) -> tuple[list[SpanEdit], Records]:
-    from ..pyrules import Records, prepare, run
+    from ..rules.base import Records, prepare, run
 
     records = Records(settings)
     prepare(records, text, facts)
@@ -132,7 +120,7 @@ def _units(text: str, units: list[Unit], facts: Facts, settings: Settings) -> tu
         return [], records
     import libcst as cst
 
-    rules = _rules(settings)
+    rules = python_rules(settings)
     newline = "\r\n" if "\r\n" in text else "\n"
     edits = []
     for unit in units:

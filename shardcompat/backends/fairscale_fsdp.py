@@ -67,6 +67,7 @@ def _features(mods: dict[str, Any]) -> dict[str, bool]:
         "compute_device": accepts(init, "compute_device"),
         "compute_dtype": accepts(init, "compute_dtype"),
         "bucket_cap_mb": accepts(init, "bucket_cap_mb"),
+        "fp32_reduce_scatter": accepts(init, "fp32_reduce_scatter"),
         "auto_wrap": wrap,
         "cpu_compat": _fairscale_cpu.supported(mods[_FSDP]),
         "state_dict_keeps_params": _state_dict_keeps_params(),
@@ -157,6 +158,13 @@ class FairscaleFsdp:
                     raise UnsupportedOptions(self.name, options, f"fairscale {version} has no compute_dtype",
                                              "use mixed_precision=fp16 or a newer fairscale")
                 kwargs["compute_dtype"] = "torch.bfloat16"
+            if placement.world_size == 1 and have["fp32_reduce_scatter"]:
+                # Unsharded (one rank), fairscale casts a temporary's .data back to fp32, not the
+                # gradient itself: the optimizer would get compute-dtype gradients and fail at
+                # its first step.  fp32_reduce_scatter casts param.grad before; nothing to reduce.
+                kwargs["fp32_reduce_scatter"] = True
+                notes.append("one rank: fp32_reduce_scatter=True, so gradients reach the optimizer in fp32 "
+                             "(fairscale leaves them in the compute dtype when it has nothing to reduce)")
         if have["bucket_cap_mb"]:
             kwargs["bucket_cap_mb"] = _BUCKET_UNSET if options.bucket_cap_mb is None else max(1, round(options.bucket_cap_mb))
         if have["compute_device"]:

@@ -27,14 +27,17 @@ pytestmark = pytest.mark.skipif(not CASES, reason=f"no fairscale backend usable 
 
 
 @functools.cache
-def _results() -> dict[Case, Result | str]:
-    return run_cases(CASES, 2)
+def _results(nprocs: int) -> dict[Case, Result | str]:
+    return run_cases(CASES, nprocs)
 
 
+# One rank too: unsharded, fairscale FSDP has nothing to reduce-scatter and once left the
+# gradients in the compute dtype (the optimizer failed at its first step; seen on CUDA).
+@pytest.mark.parametrize("nprocs", [2, 1])
 @pytest.mark.parametrize("case", CASES, ids=case_id)
-def test_mixed_precision_applied_and_close_to_fp32(case: Case) -> None:
-    loss_diff, param_diff = ddp_diff(_results(), case)
-    got = _results()[case]
+def test_mixed_precision_applied_and_close_to_fp32(case: Case, nprocs: int) -> None:
+    loss_diff, param_diff = ddp_diff(_results(nprocs), case)
+    got = _results(nprocs)[case]
     assert isinstance(got, Result)
     assert got.losses[-1] < got.losses[0]
     if "fp16" in str(case.options):

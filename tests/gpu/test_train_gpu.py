@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from shardcompat.backends import get
+from shardcompat.train.models import ModelConfig, build_model
 from tests.test_train import train_json
 
 pytestmark = pytest.mark.gpu
@@ -36,6 +37,9 @@ def test_the_report_on_cuda(options: str, backend: str, offload: bool) -> None:
     report: dict[str, Any] = train_json("--sharded_ddp", options, "--backend", backend, "--device", "cuda",
                                         "--nproc", "1", "--compare-ddp")
     (run,), reference = report["runs"], report["reference"]
+    # torch keeps Adam's 0-d step counters on the host unless capturable or fused (4 bytes a
+    # parameter tensor, fewer once flattened): the only state allowed there without offload.
+    step_counters = 4 * len(list(build_model(ModelConfig(), 0).parameters()))
     assert report["device"] == "cuda" and run["backend"] == backend
     assert report["max_loss_diff"] <= 1e-4, (run["losses"], reference["losses"])
     for rank in run["ranks"]:
@@ -44,4 +48,4 @@ def test_the_report_on_cuda(options: str, backend: str, offload: bool) -> None:
         if offload:
             assert rank["cpu"] >= rank["optim"] > 0, rank  # the shards and their Adam state live in host memory
         else:
-            assert rank["cpu"] == 0, rank  # nothing of the state on the host
+            assert rank["cpu"] <= step_counters, rank  # nothing else of the state on the host

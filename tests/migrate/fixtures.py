@@ -7,10 +7,10 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from codemods.context import Settings
-from codemods.engine import Job, process_file
-from codemods.kinds import detect_kind
-from codemods.report import FileReport
+from codemods.formats.kinds import detect_kind
+from codemods.run.context import Settings
+from codemods.run.engine import Job, process_file
+from codemods.run.report import FileReport
 
 ROOT = Path(__file__).resolve().parent.parent / "fixtures" / "migrate"
 

@@ -171,16 +171,25 @@ def test_startup_stays_light() -> None:
     assert done.stdout.strip() == "False"
 
 
-def test_libcst_runner(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("command", "before", "after"), [
+    ("sharded_ddp.commands.MigrateShardedDDP",
+     "args = TrainingArguments(sharded_ddp=True)\ncmd = 'python t.py --sharded_ddp'\n",
+     "args = TrainingArguments(sharded_ddp=\"simple\")\ncmd = 'python t.py --sharded_ddp simple'\n"),
+    ("fairscale.commands.FairscaleImportsCommand",
+     "from fairscale.optim.oss import OSS\nopt = OSS\n",
+     "from shardcompat.fairscale import OSS\nopt = OSS\n"),
+])
+def test_libcst_runner(tmp_path: Path, command: str, before: str, after: str) -> None:
+    """The commands docs/migration.md gives for libcst's own runner (``.libcst.codemod.yaml``)."""
     target = tmp_path / "t.py"
-    target.write_text("args = TrainingArguments(sharded_ddp=True)\ncmd = 'python t.py --sharded_ddp'\n")
+    target.write_text(before)
     done = subprocess.run(
-        [sys.executable, "-m", "libcst.tool", "codemod", "python_legacy.MigrateShardedDDP", "--no-format",
+        [sys.executable, "-m", "libcst.tool", "codemod", command, "--no-format",
          "--hide-progress", "-j", "1", str(target)],
         capture_output=True, text=True, cwd=REPO, check=False,
     )
     assert done.returncode == 0, done.stderr
-    assert target.read_text() == "args = TrainingArguments(sharded_ddp=\"simple\")\ncmd = 'python t.py --sharded_ddp simple'\n"
+    assert target.read_text() == after
 
 
 def test_check_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from codemods import pyscan
 from codemods.cli import main
-from codemods.context import Settings
+from codemods.formats import pyscan
 from codemods.formats.python import migrate_source
+from codemods.run.context import Settings
 
 FAIRSCALE = Settings(fairscale_imports=True, legacy=False)
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from codemods.formats.config import validate
-from codemods.kinds import detect_kind
-from codemods.spans import decode
+from codemods.formats.kinds import detect_kind
+from codemods.formats.spans import decode
 
 from .fixtures import Case, cases, rewrite
 

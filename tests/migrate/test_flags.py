@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from codemods.flags import (
+from codemods.formats.spans import apply_spans
+from codemods.rules.sharded_ddp.flags import (
     argv_action,
     command_segments,
     looks_like_command,
@@ -16,7 +17,6 @@ from codemods.flags import (
     plan_argv,
     rewrite_commands,
 )
-from codemods.spans import apply_spans
 
 
 def migrate(text: str, to: str = "list", form: str = "config") -> str:

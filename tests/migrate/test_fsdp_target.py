@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 import yaml
 
-from codemods.context import Settings
 from codemods.formats.config import rewrite_json, rewrite_keys, rewrite_yaml
 from codemods.formats.python import migrate_source
 from codemods.formats.shell import rewrite_shell
-from codemods.spans import apply_spans
+from codemods.formats.spans import apply_spans
+from codemods.run.context import Settings
 from shardcompat.options import parse_options
 
 transformers = pytest.importorskip("transformers")

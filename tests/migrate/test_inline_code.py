@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from codemods.context import Settings
 from codemods.formats.markdown import rewrite_markdown, rewrite_rst
-from codemods.spans import apply_spans
+from codemods.formats.spans import apply_spans
+from codemods.run.context import Settings
 
 
 def md(text: str) -> str:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from codemods.kinds import detect_kind
-from codemods.walk import iter_files
+from codemods.formats.kinds import detect_kind
+from codemods.run.walk import iter_files
 
 
 @pytest.mark.parametrize(("name", "head", "kind"), [

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from codemods.context import Settings
 from codemods.formats.notebook import rewrite_notebook
 from codemods.formats.python import python_hook
-from codemods.spans import apply_spans
+from codemods.formats.spans import apply_spans
+from codemods.run.context import Settings
 
 
 def migrate_cell(source: str) -> tuple[str, list[str]]:
@@ -61,7 +61,7 @@ def test_what_cannot_be_read_is_left_alone_and_said(source: str, rules: list[str
 
 
 def test_each_edit_is_reported_once() -> None:
-    from codemods.engine import Job, process_file
+    from codemods.run.engine import Job, process_file
 
     from .fixtures import ROOT
 

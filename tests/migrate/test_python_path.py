@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from codemods.cli import pool_size
-from codemods.context import Settings
-from codemods.engine import Job
 from codemods.formats.python import migrate_module, migrate_source
+from codemods.run.context import Settings
+from codemods.run.engine import Job
 
 from .fixtures import cases
 
@@ -85,7 +85,7 @@ def test_mentions_only_never_load_libcst(tmp_path: Path) -> None:
         '        logger.info("--sharded_ddp %s", args.sharded_ddp)\n'
         '        raise ValueError("python t.py --sharded_ddp is not for one GPU")\n'
         "    return args.sharded_ddp\n")
-    code = ("import sys; from codemods.formats.python import migrate_source; from codemods.context import "
+    code = ("import sys; from codemods.formats.python import migrate_source; from codemods.run.context import "
             f"Settings; r = migrate_source(open({str(path)!r}, 'rb').read(), Settings()); "
             "print(r.code == open(" + repr(str(path)) + ", 'rb').read(), 'libcst' in sys.modules)")
     assert _run(code) == "True False"
@@ -95,7 +95,7 @@ def test_libcst_only_for_the_units_that_need_it(tmp_path: Path) -> None:
     """A file that needs an edit loads libcst; libcst.codemod and libcst.matchers stay unloaded."""
     path = tmp_path / "train.py"
     path.write_text("args = TrainingArguments(sharded_ddp=True)\n")
-    code = ("import sys, json; from codemods.formats.python import migrate_source; from codemods.context import "
+    code = ("import sys, json; from codemods.formats.python import migrate_source; from codemods.run.context import "
             f"Settings; r = migrate_source(open({str(path)!r}, 'rb').read(), Settings()); "
             "print(json.dumps([r.code.decode(), sorted(m for m in ('libcst', 'libcst.codemod', 'libcst.matchers') "
             "if m in sys.modules)]))")

@@ -12,8 +12,8 @@ from types import ModuleType
 
 import pytest
 
-from codemods.context import Settings
 from codemods.formats.python import migrate_source
+from codemods.run.context import Settings
 from shardcompat import add_sharded_ddp_argument, parse_options
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "migrate"

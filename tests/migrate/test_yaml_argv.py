@@ -11,10 +11,10 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from codemods.context import Settings
-from codemods.engine import Job, process_file
 from codemods.formats.config import rewrite_json, rewrite_yaml_steps
-from codemods.spans import apply_spans
+from codemods.formats.spans import apply_spans
+from codemods.run.context import Settings
+from codemods.run.engine import Job, process_file
 
 Target = str
 

@@ -140,8 +140,8 @@ def test_migrate_touches_only_usages_and_is_idempotent(corpus: Any) -> None:
 def test_fast_path_matches_the_rules_on_whole_modules(corpus: Any) -> None:
     """Every injected file, as it was before the migration: the units path (ast finds the
     statements, libcst parses those) gives what the rules give on the whole module."""
-    from codemods.context import Settings
     from codemods.formats.python import migrate_module, migrate_source
+    from codemods.run.context import Settings
 
     originals = corpus[4]
     for settings in (Settings(), Settings(to="fsdp")):

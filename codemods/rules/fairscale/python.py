@@ -9,8 +9,8 @@
 - ``import fairscale`` used through full paths (``fairscale.optim.OSS``) becomes ``import
   shardcompat.fairscale`` and ``shardcompat.fairscale.OSS``, on the same condition.
 
-The served names are the facade's own ``__all__`` (:func:`codemods.pyscan.facade_names`), and
-the whole-file analysis is :mod:`codemods.pyscan`'s; this rule applies it.
+The served names are the facade's own ``__all__`` (:func:`codemods.formats.pyscan.facade_names`), and
+the whole-file analysis is :mod:`codemods.formats.pyscan`'s; this rule applies it.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from typing import Union
 
 import libcst as cst
 
-from .. import pyscan
-from ..pyscan import FACADE, AliasPlan, Facts
-from ..report import Edit, Finding
-from . import Records, Rule, quote
+from ...formats import pyscan
+from ...formats.pyscan import FACADE, AliasPlan, Facts
+from ...run.report import Edit, Finding
+from ..base import Records, Rule, quote
 
 __all__ = ["FACADE", "RULE", "UNSERVED", "FairscaleImports", "alias_findings"]
 

@@ -37,7 +37,7 @@ __all__ = [
 KEY = "sharded_ddp"
 FACADE = "shardcompat.fairscale"
 #: Call names and keywords whose string arguments are messages, never command lines; shared
-#: with the libcst rules (``python_legacy``), which apply the same exemption.
+#: with the libcst rules (:mod:`codemods.rules.sharded_ddp.python`), which apply the same exemption.
 QUIET_CALLS = frozenset({"print", "debug", "info", "warning", "warn", "error", "exception",
                          "critical", "log", "echo", "secho", "write", "fail", "skip"})
 QUIET_KEYWORDS = frozenset({"help", "description", "epilog", "usage", "msg", "message", "doc"})

@@ -25,8 +25,8 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from .context import FsdpForm, Target
-from .spans import SpanEdit
+from ...formats.spans import SpanEdit
+from ...run.context import FsdpForm, Target
 
 if TYPE_CHECKING:
     from shardcompat.options import ShardingOptions

@@ -1,4 +1,4 @@
-"""Argv lists by span: one implementation of :func:`~codemods.flags.plan_argv` for every
+"""Argv lists by span: one implementation of :func:`~codemods.rules.sharded_ddp.flags.plan_argv` for every
 written form (JSON arrays, YAML block and flow sequences, Dockerfile exec form)."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import json
 import re
 from dataclasses import dataclass
 
+from ..rules.sharded_ddp.flags import HINTS, Issue, Rewrite, plan_argv
+from ..run.context import Settings
 from . import jsonspan
-from .context import Settings
-from .flags import HINTS, Issue, Rewrite, plan_argv
 from .spans import SpanEdit
 
 __all__ = ["ArgvItem", "argv_edits", "argv_rewrite"]
@@ -37,7 +37,7 @@ class ArgvItem:
 
 
 def argv_rewrite(text: str, array: jsonspan.JArray, settings: Settings) -> Rewrite:
-    """Apply :func:`~codemods.flags.plan_argv` to a JSON-style array inside ``text``."""
+    """Apply :func:`~codemods.rules.sharded_ddp.flags.plan_argv` to a JSON-style array inside ``text``."""
     return argv_edits(text, [
         ArgvItem(i.start, i.end, i.value if isinstance(i, jsonspan.JScalar) and isinstance(i.value, str) else None)
         for i in array.items
@@ -45,7 +45,7 @@ def argv_rewrite(text: str, array: jsonspan.JArray, settings: Settings) -> Rewri
 
 
 def argv_edits(text: str, items: list[ArgvItem], settings: Settings) -> Rewrite:
-    """Span edits for the :func:`~codemods.flags.plan_argv` steps of one argv list."""
+    """Span edits for the :func:`~codemods.rules.sharded_ddp.flags.plan_argv` steps of one argv list."""
     result = Rewrite()
     dropped: dict[int, str] = {}  # element -> rule
     for step in plan_argv([i.value for i in items], settings.to, settings.fsdp_form):

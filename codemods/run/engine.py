@@ -8,10 +8,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, replace
 
-from .context import Settings, needles
-from .flags import Rewrite
-from .report import Edit, FileReport, Finding
-from .spans import (
+from ..formats.spans import (
     LineIndex,
     SpanEdit,
     apply_spans,
@@ -21,6 +18,9 @@ from .spans import (
     marker_lines,
     one_line,
 )
+from ..rules.sharded_ddp.flags import Rewrite
+from .context import Settings, needles
+from .report import Edit, FileReport, Finding
 
 __all__ = ["Job", "process_file"]
 
@@ -47,7 +47,7 @@ def _diff(path: str, old: bytes, new: bytes) -> str:
 
 
 def _text_rewrite(job: Job, text: str) -> Rewrite:
-    from .formats import config, markdown, notebook, python, shell
+    from ..formats import config, markdown, notebook, python, shell
 
     settings, kind = job.settings, job.kind
     if kind in ("shell", "makefile"):
@@ -79,8 +79,7 @@ def _records(edits: list[SpanEdit], text: str, index: LineIndex) -> list[Edit]:
 
 
 def _text(job: Job, data: bytes, report: FileReport) -> bytes | None:
-    from . import jsonspan
-    from .formats import config
+    from ..formats import config, jsonspan
 
     decoded = decode(data)
     text = decoded.text
@@ -116,7 +115,7 @@ def _text(job: Job, data: bytes, report: FileReport) -> bytes | None:
 
 def _rewrite(job: Job, data: bytes, settings: Settings, report: FileReport) -> bytes | None:
     if job.kind == "python":
-        from .formats.python import rewrite_python
+        from ..formats.python import rewrite_python
 
         return rewrite_python(data, settings, report)
     return _text(replace(job, settings=settings), data, report)

@@ -1,15 +1,15 @@
-"""libcst codemod command for fairscale imports: the rule of :mod:`codemods.pyrules.fairscale`
+"""libcst codemod command for fairscale imports: the rule of :mod:`codemods.rules.fairscale.python`
 for libcst's own runner (``.libcst.codemod.yaml``)::
 
-    python -m libcst.tool codemod fairscale_imports.FairscaleImportsCommand --no-format src/
+    python -m libcst.tool codemod fairscale.commands.FairscaleImportsCommand --no-format src/
 
 ``shardcompat-migrate --fairscale-imports`` runs the same rule without this module.
 """
 
 from __future__ import annotations
 
-from .pyrules.fairscale import FairscaleImports
-from .python_legacy import RuleCommand
+from ..command import RuleCommand
+from .python import FairscaleImports
 
 __all__ = ["FairscaleImportsCommand"]
 

@@ -7,7 +7,7 @@
   ``add_argument("--sharded_ddp", action="store_true")``, rewritten so that the old bare
   ``--sharded_ddp`` still parses (``nargs="?", const="simple"``);
 - :class:`CommandLines`: command lines in string literals (plain, implicitly concatenated,
-  f-strings) and argv lists, by the shared rules of :mod:`codemods.flags`; a string that is only
+  f-strings) and argv lists, by the shared rules of :mod:`codemods.rules.sharded_ddp.flags`; a string that is only
   ``--sharded_ddp`` by where it is used (an argv fragment, a name, or neither: reported);
 - :class:`Review`: what cannot be rewritten safely (comparisons with ``True``/``False``);
 - :data:`LEGACY`: all of them, in two traversals (:class:`Definitions`, then
@@ -25,8 +25,12 @@ from typing import Any, Union
 
 import libcst as cst
 
-from ..context import Target
-from ..flags import (
+from ...formats.pyscan import QUIET_KEYWORDS, quiet_call
+from ...formats.spans import SpanEdit, apply_spans, one_line
+from ...run.context import Target
+from ...run.report import Edit
+from ..base import Records, Rule, quote
+from .flags import (
     FLAG,
     FSDP_FLAG,
     PLACEHOLDER,
@@ -36,10 +40,6 @@ from ..flags import (
     rewrite_commands,
     translate,
 )
-from ..pyscan import QUIET_KEYWORDS, quiet_call
-from ..report import Edit
-from ..spans import SpanEdit, apply_spans, one_line
-from . import Records, Rule, quote
 
 __all__ = ["LEGACY", "CommandLines", "Declarations", "Definitions", "Review", "Values", "bare_flag_role"]
 

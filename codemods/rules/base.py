@@ -1,15 +1,13 @@
-"""The Python rules: plain libcst transformers that share one :class:`Records`.
+"""The plumbing every Python rule shares: plain libcst transformers with one :class:`Records`.
 
-They run on a whole module (libcst's runner through :mod:`codemods.python_legacy` and
-:mod:`codemods.fairscale_imports`; files this Python cannot parse) or on the small units
-:mod:`codemods.pyscan` finds (:mod:`codemods.formats.python`).  They are ``CSTTransformer``
+They run on a whole module (libcst's runner through :mod:`codemods.rules.sharded_ddp.commands` and
+:mod:`codemods.rules.fairscale.commands`; files this Python cannot parse) or on the small units
+:mod:`codemods.formats.pyscan` finds (:mod:`codemods.formats.python`).  They are ``CSTTransformer``
 subclasses, not codemod commands, so that running one costs a traversal of what it is given
 and nothing more (no ``libcst.codemod``/``libcst.matchers`` import, no per-instance method
 inspection); positions are resolved only when a rule reports a node on a unit of several
-lines.
-
-- :mod:`.legacy`: ``--sharded_ddp``/``sharded_ddp=`` usage;
-- :mod:`.fairscale`: fairscale imports to the ``shardcompat.fairscale`` facade.
+lines.  The rules themselves live with their tables (:mod:`codemods.rules.sharded_ddp.python`,
+:mod:`codemods.rules.fairscale.python`).
 """
 
 from __future__ import annotations
@@ -21,11 +19,11 @@ from typing import Any, ClassVar
 
 import libcst as cst
 
-from ..context import Settings
-from ..flags import FLAG, HINTS
-from ..pyscan import Facts, facts_of
-from ..report import Edit, Finding
-from ..spans import file_skipped, marker_lines, one_line
+from ..formats.pyscan import Facts, facts_of
+from ..formats.spans import file_skipped, marker_lines, one_line
+from ..run.context import Settings
+from ..run.report import Edit, Finding
+from .sharded_ddp.flags import FLAG, HINTS
 
 __all__ = ["Records", "Rule", "prepare", "quote", "run"]
 
@@ -60,7 +58,7 @@ def prepare(records: Records, code: str, facts: Facts | None = None) -> None:
             facts = Facts()
     records.facts = facts
     if facts.aliases:
-        from .fairscale import alias_findings
+        from .fairscale.python import alias_findings
 
         records.warnings += alias_findings(facts)
 
