@@ -78,7 +78,8 @@ def _ddp_zero(model: nn.Module, lr: float) -> Built:
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
     ddp = nn.parallel.DistributedDataParallel(model)
-    return ddp, ZeroRedundancyOptimizer(list(ddp.parameters()), optimizer_class=torch.optim.AdamW, lr=lr)
+    return ddp, ZeroRedundancyOptimizer(list(ddp.parameters()), optimizer_class=torch.optim.AdamW,
+                                        parameters_as_bucket_view=True, lr=lr)
 
 
 def _fsdp1(model: nn.Module, lr: float) -> Built:
@@ -97,8 +98,8 @@ def _fsdp2(model: nn.Module, lr: float) -> Built:
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     for block in model.modules():
         if isinstance(block, GPTBlock):
-            fully_shard(block, mesh=mesh, reshard_after_forward=True)
-    fully_shard(model, mesh=mesh, reshard_after_forward=True)
+            fully_shard(block, mesh=mesh)  # torch's defaults: units reshard after forward,
+    fully_shard(model, mesh=mesh)  # the root does not (backward needs it at once)
     return model, _adamw(lr)(model.parameters())
 
 

@@ -99,6 +99,9 @@ def _explain(args: argparse.Namespace) -> int:
             row["refused_optimizers"] = refused_optimizers(name)
         rows.append(row)
     chosen = next((r["backend"] for r in rows if "call" in r), None)
+    from . import _explain_memory as memory
+
+    sized = memory.memory_section(args, options, placement, rows, chosen, args.backend) if memory.wanted(args) else {}
     data = {
         "options": str(options),
         "sharding": bool(options),
@@ -107,6 +110,7 @@ def _explain(args: argparse.Namespace) -> int:
                       "ranks_per_node": placement.local_world_size, "device": placement.device, "source": source},
         "chosen": chosen,
         "backends": rows,
+        **sized,
     }
     facade = _facade() if args.fairscale else []
     if facade:
@@ -130,6 +134,8 @@ def _explain(args: argparse.Namespace) -> int:
         else:
             reason = row["reason"]
             print(f"{mark} {row['backend']}: {reason[:1].upper()}{reason[1:].rstrip('.')}.")
+    if sized:
+        print("\n".join(memory.render(sized, rows, chosen)))
     if facade:
         print("\nshardcompat.fairscale:")
         for line in facade:
@@ -208,7 +214,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     info.set_defaults(run=_info)
 
-    explain = sub.add_parser("explain", help="what the options become on each backend")
+    from ._explain_memory import EXAMPLES, add_arguments
+
+    explain = sub.add_parser("explain", help="what the options become on each backend, and will my model fit",
+                             epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     explain.add_argument("options", nargs="?", default="", help="e.g. 'zero_dp_3 offload auto_wrap'")
     explain.add_argument(
         "--fairscale", action="store_true",
@@ -225,6 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                          help="plan for CPU ranks (gloo) or one GPU per rank (nccl); default cpu")
     explain.add_argument("--json", action="store_true", help="print JSON")
+    add_arguments(explain)
     explain.set_defaults(run=_explain)
 
     from . import train

@@ -37,6 +37,7 @@ __all__ = [
     "reset_peak_rss",
     "zero_model_bytes",
     "zero_model_host_bytes",
+    "zero_model_volume",
 ]
 
 KINDS = ("param", "grad", "optim")
@@ -127,6 +128,12 @@ def zero_model_bytes(stage: int, psi: int, world_size: int) -> float:
 def zero_model_host_bytes(stage: int, psi: int, world_size: int) -> float:
     """How much of :func:`zero_model_bytes` offload moves to host memory: the sharded part."""
     return psi * _ZERO_MODEL[stage][1] / world_size
+
+
+def zero_model_volume(stage: int, psi_bytes: int) -> int:
+    """The ZeRO paper's per-rank collective bytes of one step (§7): 2Ψ for DDP and stages 1-2
+    (an all-reduce, or a reduce-scatter and an all-gather), 3Ψ for stage 3 (one more all-gather)."""
+    return (3 if stage == 3 else 2) * psi_bytes
 
 
 def plan_stage(options: str | ShardingOptions, backend: str, world_size: int, device: str = "cpu") -> int:

@@ -157,7 +157,7 @@ def test_the_table_shows_every_rank_of_both_runs(ddp: dict[str, Any]) -> None:
     lines = render_table(report).splitlines()
     header = next(line for line in lines if line.startswith("run "))
     assert header.split() == ["run", "backend", "rank", "counted", "after", "params", "grads", "optim", "total", "on",
-                              "CPU", "peak", "RSS", "step"]
+                              "CPU", "peak", "RSS", "step", "comm/step", "calls"]
     rows = [line.split() for line in lines if line.startswith("ddp  ")]
     assert [row[2] for row in rows] == ["0", "1", "0", "1"]
     assert "largest loss difference vs plain DDP: 0" in lines[-2]

@@ -98,7 +98,7 @@ class TorchZeroBackend:
         if zero:
             calls.append(
                 f"ZeroRedundancyOptimizer({GROUPS_TEXT}, optimizer_class=<their class>, "
-                "**<its defaults>)"
+                "parameters_as_bucket_view=True, **<its defaults>)"
             )
         else:
             calls.append("optimizer(ddp.parameters())")
@@ -134,8 +134,10 @@ class TorchZeroBackend:
             from torch.distributed.optim import ZeroRedundancyOptimizer
 
             built = optimizer_groups(optimizer, list(ddp.parameters()))
+            # parameters_as_bucket_view: each rank's parameters are views of one flat buffer,
+            # so the step broadcasts one bucket per rank, not one tensor per parameter.
             optim: torch.optim.Optimizer = ZeroRedundancyOptimizer(
-                built.groups, optimizer_class=built.cls,
+                built.groups, optimizer_class=built.cls, parameters_as_bucket_view=True,
                 process_group=placement.process_group, **built.defaults,
             )
         else:

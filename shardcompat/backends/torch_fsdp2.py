@@ -161,7 +161,11 @@ class TorchFSDP2Backend:
         call = call_text("fully_shard", "module", **{k: t for k, (t, _) in _fully_shard_args(options, placement, shape).items()})
         notes: list[str] = []
         if options.auto_wrap:
-            call = f"for each submodule by {describe_rule(options)}: {call}; then the root: {call}"
+            root = call.replace("reshard_after_forward=True", "reshard_after_forward=False")
+            call = f"for each submodule by {describe_rule(options)}: {call}; then the root: {root}"
+            if root != call:
+                notes.append("the root unit keeps its parameters from forward to backward, as torch's default "
+                             "does: backward needs them at once, so resharding would cost an all-gather per step")
         if options.forward_prefetch:
             call += "; unit[i].set_modules_to_forward_prefetch([unit[i + 1]])"
         if options.mixed_precision is Precision.FP16:
@@ -183,7 +187,10 @@ class TorchFSDP2Backend:
         units = modules_to_wrap(model, wrap_rule(model, options)) if options.auto_wrap else []
         for unit in units:
             api.fully_shard(unit, **kwargs)
-        api.fully_shard(model, **kwargs)
+        # torch's default for the root (reshard_after_forward=None): keep it gathered after
+        # forward, since backward all-gathers it again at once.  Without units the root is the
+        # whole model, and zero_dp_3 must reshard it.
+        api.fully_shard(model, **({**kwargs, "reshard_after_forward": False} if units else kwargs))
         if options.forward_prefetch:
             for unit, after in zip(units, units[1:]):
                 unit.set_modules_to_forward_prefetch([after])  # type: ignore[operator]

@@ -11,7 +11,9 @@ The report counts state from the unique storages each rank holds (see
 forward, after backward or after the optimizer step: zero_dp_2 holds full parameters after
 forward, every stage holds gradients after backward).  Peak RSS is the process's resident
 high-water mark (Linux VmHWM, reset at the start of each run; ru_maxrss elsewhere): it
-includes the Python interpreter and torch itself, unlike the state bytes.
+includes the Python interpreter and torch itself, unlike the state bytes.  The last step's
+collectives are counted at torch's dispatcher (:mod:`shardcompat.comm`: every ``c10d`` call,
+DDP's C++ reducer included) and held against the ZeRO model's volume.
 
 With ``--checkpoint-dir`` the run saves a ``step-N`` checkpoint every ``--save-every`` steps
 and ``--resume auto`` continues from the newest complete one (:mod:`.resume`): under
@@ -286,6 +288,7 @@ def train_rank(rank: int, world_size: int, config: RunConfig) -> RunResult:
 
     import shardcompat
 
+    from ..comm import CommCounter
     from ..memory import peak_rss, reset_peak_rss
     from .models import build_model
 
@@ -307,7 +310,11 @@ def train_rank(rank: int, world_size: int, config: RunConfig) -> RunResult:
         for step in range(start_step, config.steps):
             last = step == config.steps - 1
             start = time.perf_counter()
-            loss = _step(prepared, config, rank, step, device, snapshots if last else None)
+            if last:  # the last step also counts its collectives (it is not timed)
+                with CommCounter() as counter:
+                    loss = _step(prepared, config, rank, step, device, snapshots)
+            else:
+                loss = _step(prepared, config, rank, step, device, None)
             if cuda:
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - start)
@@ -321,7 +328,7 @@ def train_rank(rank: int, world_size: int, config: RunConfig) -> RunResult:
     result = RankResult(
         rank=rank, state=state, state_phase=phase, peak_rss=peak_rss(),
         peak_device=int(torch.cuda.max_memory_allocated()) if cuda else None,
-        median_step_s=statistics.median(timed),
+        median_step_s=statistics.median(timed), comm=counter.volume.as_dict(),
     )
     return RunResult(config.label, config.options, prepared.backend, losses, [result],
                      resumed_from_step=resumed_from)

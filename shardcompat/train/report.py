@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..memory import StateBytes, off_model_reason
+from ..memory import StateBytes, off_model_reason, plan_stage, zero_model_volume
 
 __all__ = ["RankResult", "RunResult", "build_report", "format_bytes", "render_table"]
 
@@ -24,6 +24,8 @@ class RankResult:
     peak_rss: int
     peak_device: int | None
     median_step_s: float
+    # collective bytes and calls of one optimizer step by kind (shardcompat.comm.CommVolume.as_dict)
+    comm: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,11 @@ def build_report(setup: dict[str, Any], runs: Sequence[RunResult], reference: Ru
     if reference is not None:
         report["reference"] = _run_dict(reference)
         report["max_loss_diff"] = max(max_loss_diff(r.losses, reference.losses) for r in runs)
+    for run in [*report["runs"], *([report["reference"]] if reference is not None else [])]:
+        for rank in run["ranks"]:
+            ratio = comm_ratio(run, rank, setup["world_size"], setup["model"]["parameters"], setup["device"])
+            if ratio is not None:
+                rank["comm"]["zero_model_ratio"] = round(ratio, 4)
     return report
 
 
@@ -70,12 +77,24 @@ def format_bytes(n: float | None) -> str:
     raise AssertionError("unreachable")
 
 
-_COLUMNS = ("run", "backend", "rank", "counted after", "params", "grads", "optim", "total", "on CPU", "peak RSS", "step")
+_COLUMNS = ("run", "backend", "rank", "counted after", "params", "grads", "optim", "total", "on CPU", "peak RSS",
+            "step", "comm/step", "calls")
+
+
+def comm_ratio(run: dict[str, Any], rank: dict[str, Any], world_size: int, parameters: int, device: str) -> float | None:
+    """A rank's collective bytes of one step over the ZeRO model's (2Ψ; 3Ψ for stage 3; Ψ in fp32)."""
+    if not rank.get("comm"):
+        return None
+    stage = plan_stage(run["options"], run["backend"], world_size, device) if run["options"] else 0
+    return float(rank["comm"]["total"]) / zero_model_volume(stage, 4 * parameters)
 
 
 def _rows(run: dict[str, Any], reference: dict[str, Any] | None) -> list[list[str]]:
     rows = []
     for i, r in enumerate(run["ranks"]):
+        ratio = r.get("comm", {}).get("zero_model_ratio")
+        comm = "-" if ratio is None else f"{format_bytes(r['comm']['total'])} ({ratio:.2f}x)"
+        calls = "-" if ratio is None else str(r["comm"]["collectives"])
         total = format_bytes(r["total"])
         if reference is not None and reference is not run:
             total += f" ({r['total'] / reference['ranks'][i]['total']:.2f}x)"
@@ -83,7 +102,7 @@ def _rows(run: dict[str, Any], reference: dict[str, Any] | None) -> list[list[st
             run["label"], _served_by(run), str(r["rank"]), r["state_phase"].removeprefix("after "),
             format_bytes(r["params"]), format_bytes(r["grads"]),
             format_bytes(r["optim"]), total, format_bytes(r["cpu"]), format_bytes(r["peak_rss"]),
-            f"{r['median_step_s'] * 1000:.1f} ms",
+            f"{r['median_step_s'] * 1000:.1f} ms", comm, calls,
         ])
     return rows
 
@@ -119,7 +138,9 @@ def render_table(report: dict[str, Any]) -> str:
             lines.append(f"{run['label']} on {run['backend']}: {note}")
     if "max_loss_diff" in report:
         lines.append(f"\nlargest loss difference vs plain DDP: {report['max_loss_diff']:.3g}")
-    legend = "state = bytes of unique storages this rank holds, counted after the phase of the last step where they peak"
+    legend = ("state = bytes of unique storages this rank holds, counted after the phase of the last step where "
+              "they peak; comm/step = collective bytes of the last step (all-reduce counted twice) and (Nx) "
+              "against the ZeRO model, 2Ψ or 3Ψ for zero_dp_3")
     if reference is not None:
         legend += "; (Nx) = total against the same rank of plain DDP"
     lines.append(f"({legend})")

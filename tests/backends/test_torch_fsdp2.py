@@ -120,7 +120,10 @@ def test_plan_text_and_fully_shard_kwargs_come_from_one_table(monkeypatch: pytes
     assert calls and all(list(c) == list(table) for c in calls)
     kwargs = calls[-1]
     assert kwargs["mesh"] == ("mesh", (2,))
-    assert kwargs["reshard_after_forward"] is (plan.options.stage.value == "zero_dp_3")
+    reshard = plan.options.stage.value == "zero_dp_3"
+    assert all(c["reshard_after_forward"] is reshard for c in calls[:-1])  # the auto_wrap units
+    # the root: with units it stays gathered after forward (torch's default), else as the stage says
+    assert kwargs["reshard_after_forward"] is (reshard and len(calls) == 1)
     if "mixed_precision=bf16" in options:
         assert kwargs["mp_policy"].param_dtype is kwargs["mp_policy"].reduce_dtype is torch.bfloat16
     if "offload" in options:
