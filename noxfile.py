@@ -7,6 +7,7 @@
     nox -s reliability           # the long reliability suite (fuzzing, dying ranks)
     nox -s multinode             # two torchrun agents on localhost: 2x2 jobs, kills, a lost node
     nox -s "transformers(4.34.1)"  # the Trainer integration's full grid with one Transformers release
+    nox -s precision             # --fp16/--bf16 x clipping x every option through shardcompat run (long)
     nox -s gpu                   # the gpu-marked tests, on a CUDA machine
     nox -s docs                  # the docs, warnings as errors
 
@@ -116,6 +117,14 @@ def transformers(session: nox.Session, transformers: str) -> None:
         session.install(*TRANSFORMERS_RELEASES[transformers])
     session.env["SHARDCOMPAT_TRANSFORMERS_GRID"] = "full"
     session.run("python", "-m", "pytest", *(session.posargs or ["tests/transformers", "-q"]))
+
+
+@nox.session
+def precision(session: nox.Session) -> None:
+    """tests/transformers/test_precision_run.py's whole grid on the current Transformers (10-18 minutes)."""
+    _install(session)
+    session.env["SHARDCOMPAT_PRECISION_GRID"] = "full"
+    session.run("python", "-m", "pytest", *(session.posargs or ["tests/transformers/test_precision_run.py", "-q"]))
 
 
 @nox.session
