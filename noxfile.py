@@ -91,16 +91,20 @@ def matrix(session: nox.Session, torch: str, fairscale: str | None) -> None:
 def reliability(session: nox.Session) -> None:
     """The long reliability suite: grammar fuzz, dying ranks, migrate over torch's and fairscale's sources."""
     _install(session, fairscale=FAIRSCALE_VERSIONS[-1])  # fairscale's files join the migrate corpus
-    session.run("python", "-m", "pytest", "-m", "reliability", *(session.posargs or ["tests/reliability"]))
+    session.run("python", "-m", "pytest", "-m", "reliability and not multinode",
+                *(session.posargs or ["tests/reliability"]))
 
 
 @nox.session
 def multinode(session: nox.Session) -> None:
     """tests/multinode: two torchrun agents on localhost meeting through c10d rendezvous (2x2),
     compared with one-node DDP; a killed worker, a lost node, checkpoints across layouts, a
-    Trainer script.  CPU and gloo only: what is verified where is in docs/compatibility.md."""
+    Trainer script; with tests/test_resume.py's and the reliability suite's torchrun kill tests.
+    CPU and gloo only: what is verified where is in docs/compatibility.md.  Not in every CI run
+    yet: two of its kill tests failed intermittently in fresh-clone CI runs (issue 23)."""
     _install(session)
-    session.run("python", "-m", "pytest", "-m", "multinode", *(session.posargs or ["tests/multinode", "-q"]))
+    session.run("python", "-m", "pytest", "-m", "multinode", *(session.posargs or [
+        "tests/multinode", "tests/test_resume.py", "tests/reliability/test_restarts.py", "-q"]))
 
 
 @nox.session

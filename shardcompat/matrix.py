@@ -41,7 +41,7 @@ MATRIX_OPTIONS = (
 _PLACEMENTS = {"cpu, 2 ranks": (2, 2, "cpu"), "cpu, 2 nodes x 2 ranks": (4, 2, "cpu")}
 
 # What has run across real launcher "nodes", and where: the two-agent tests (tests/multinode,
-# `nox -s multinode` in CI) start two torchrun agents on one machine, CPU and gloo.  The
+# `nox -s multinode`) start two torchrun agents on one machine, CPU and gloo.  The
 # table above says what a backend would plan for 2 nodes; this one what was run.  GPU nodes
 # (nccl between machines) are unverified until such a run exists.
 MULTINODE_COLUMNS = ("2 agents x 2 ranks, CPU (gloo, c10d rendezvous)", "GPU nodes (nccl)")

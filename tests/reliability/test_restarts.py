@@ -12,7 +12,7 @@ import pytest
 from tests._agents import rank0_json, run_agents
 from tests.test_resume import chaos_argv, train_json
 
-pytestmark = pytest.mark.reliability
+pytestmark = [pytest.mark.reliability, pytest.mark.multinode]  # runs in nox -s multinode
 
 KILLS = 10
 
