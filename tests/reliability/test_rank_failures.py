@@ -69,8 +69,8 @@ def test_stalled_rank_fails_the_others_within_collective_timeout() -> None:
 def test_checkpoint_refusal_reaches_every_rank(tmp_path: object) -> None:
     """A load refused on rank 0 (damaged file) raises on every rank; none waits forever."""
     results = spawn(_refuse_everywhere, 2, (str(tmp_path),), timeout=180, collective_timeout=30)
-    assert results[0].startswith("checkpoint ") and "sha256 differs" in results[0], results[0]
-    assert results[1].startswith("on rank 0: checkpoint "), results[1]
+    assert results[0].startswith("damaged checkpoint: ") and "sha256 differs" in results[0], results[0]
+    assert results[1].startswith("on rank 0: damaged checkpoint: "), results[1]
 
 
 def _refuse_everywhere(rank: int, world: int, root: str) -> str:
