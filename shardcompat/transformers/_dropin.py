@@ -37,6 +37,7 @@ def install() -> list[tuple[Any, str, Any]]:
     """Put the drop-ins and the 4.x names in place; returns what :func:`uninstall` undoes."""
     from . import _legacy
 
+    earlier = sys.modules.get("transformers")  # a package object that code may already hold
     replaced: list[tuple[Any, str, Any]] = _legacy.install()  # first: it settles which module is `transformers`
     transformers = load()
     for name, ours in _ours().items():
@@ -44,7 +45,9 @@ def install() -> list[tuple[Any, str, Any]]:
         if original is ours:
             continue
         defining = sys.modules.get(getattr(original, "__module__", ""))
-        for module in (transformers, defining):
+        # Importing processing_utils re-runs transformers/__init__ (4.34 and 5.x): a module that
+        # imported transformers before holds the earlier package object, so it gets ours too.
+        for module in dict.fromkeys((transformers, earlier, defining)):
             if module is not None and getattr(module, name, None) is original:
                 replaced.append((module, name, original))
                 setattr(module, name, ours)
