@@ -89,13 +89,15 @@ class OptimizerRow:
     note: str = ""  # what the table says beside "yes"
 
 
+# Both Adafactors meet the flat layouts the same way.
+_FLAT_FACTORED_REFUSALS = {b: _FLAT_FACTORED.format(layout=LAYOUTS[b]) for b in ("torch-fsdp1", "fairscale-fsdp")}
+
 OPTIMIZERS: tuple[OptimizerRow, ...] = (
     OptimizerRow("Adam, AdamW, SGD (with momentum), Adagrad and other element-wise optimizers", (), {}),
     OptimizerRow(
         "Transformers' Adafactor (`--optim adafactor`)", ("transformers.optimization.Adafactor",),
         {
-            "torch-fsdp1": _FLAT_FACTORED.format(layout=LAYOUTS["torch-fsdp1"]),
-            "fairscale-fsdp": _FLAT_FACTORED.format(layout=LAYOUTS["fairscale-fsdp"]),
+            **_FLAT_FACTORED_REFUSALS,
             "torch-fsdp2": f"{_FACTORED}; FSDP2's parameters are DTensor shards and this Adafactor "
                            "keeps plain-tensor state, which fails at the first step (Tensor and DTensor mixed)",
         },
@@ -103,8 +105,7 @@ OPTIMIZERS: tuple[OptimizerRow, ...] = (
     OptimizerRow(
         "`torch.optim.Adafactor`", ("torch.optim.Adafactor",),
         {
-            "torch-fsdp1": _FLAT_FACTORED.format(layout=LAYOUTS["torch-fsdp1"]),
-            "fairscale-fsdp": _FLAT_FACTORED.format(layout=LAYOUTS["fairscale-fsdp"]),
+            **_FLAT_FACTORED_REFUSALS,
             "torch-fsdp2": f"{_FACTORED}; on FSDP2's DTensor shards its in-place row and column "
                            "reductions fail at the first step (sharding propagation of aten.pow_)",
         },
