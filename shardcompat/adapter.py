@@ -9,6 +9,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from . import _exit_guard
 from .backends import OptimizerFactory, Placement, get, resolve
 from .options import OptionsInput, parse_options
 from .prepared import Prepared, shared_names
@@ -97,6 +98,7 @@ def prepare(
     factory = _factory(optimizer, optimizer_kwargs)
     _check_model(model)
     placement = placement_from_env(device, process_group)
+    _exit_guard.install()
     plan = resolve(opts, backend, placement)
     tied = shared_names(model)  # before a backend flattens the parameters away
     prepared = get(plan.backend).wrap(model, factory, plan, placement)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import _exit_guard
 from ._rendezvous import attempt_store
 
 __all__ = ["WorkerFailed", "WorkerTimeout", "free_port", "init_launched_group", "launched", "spawn"]
@@ -138,6 +139,7 @@ def init_launched_group(backend: str = "gloo", collective_timeout: float = 60.0)
     """
     import torch.distributed as dist
 
+    _exit_guard.install()
     timeout = datetime.timedelta(seconds=collective_timeout)
     store, rank, world = attempt_store(timeout)
     dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)

@@ -14,6 +14,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from .. import _exit_guard
+
 __all__ = ["add_run_command", "main", "run_command"]
 
 DESCRIPTION = (
@@ -77,8 +79,9 @@ def _run_here(script: str, argv: Sequence[str]) -> int:
 
 
 def _close_process_group() -> None:
-    """Destroy the group the script's Trainer opened: a gloo group left to interpreter shutdown
-    can abort a rank ("terminate called without an active exception") after the work is done."""
+    """Destroy the group the script's Trainer opened, and keep its gloo threads from aborting
+    the rank at interpreter shutdown (see :mod:`shardcompat._exit_guard`)."""
+    _exit_guard.install()
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
