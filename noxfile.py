@@ -100,8 +100,7 @@ def multinode(session: nox.Session) -> None:
     """tests/multinode: two torchrun agents on localhost meeting through c10d rendezvous (2x2),
     compared with one-node DDP; a killed worker, a lost node, checkpoints across layouts, a
     Trainer script; with tests/test_resume.py's and the reliability suite's torchrun kill tests.
-    CPU and gloo only: what is verified where is in docs/compatibility.md.  Not in every CI run
-    yet: two of its kill tests failed intermittently in fresh-clone CI runs (issue 23)."""
+    CPU and gloo only: what is verified where is in docs/compatibility.md."""
     _install(session)
     session.run("python", "-m", "pytest", "-m", "multinode", *(session.posargs or [
         "tests/multinode", "tests/test_resume.py", "tests/reliability/test_restarts.py", "-q"]))

@@ -3,6 +3,12 @@
 Each agent gets its own ``--nproc-per-node`` and runs in its own session, so a test can take
 a whole "node" away (:meth:`Agents.kill_node`) and :meth:`Agents.wait` kills every agent and
 its workers on timeout: a failing test never leaves ranks behind.
+
+The rendezvous store is served by the test process itself (every agent gets ``is_host=false``),
+as a cluster's etcd or login-node store would be.  Left to the agents, whichever binds the
+endpoint first hosts it: losing that node then ends the job for the survivors, and an agent
+that finishes first pulls the store from under the others' shutdown ("failed to shutdown the
+rendezvous ... Broken pipe", exit 1 after a good run).
 """
 
 from __future__ import annotations
@@ -37,6 +43,15 @@ class AgentResult:
     stderr: str
 
 
+def _rendezvous_store(port: int) -> Any:
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    return dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False,  # type: ignore[attr-defined]
+                         timeout=timedelta(seconds=300))
+
+
 class Agents:
     """``torchrun`` agents started together: ``Agents([2, 2], argv)`` is two nodes of two ranks.
 
@@ -54,7 +69,9 @@ class Agents:
         env: dict[str, str] | None = None,
         extra: Sequence[str] = (),
     ) -> None:
-        endpoint = f"127.0.0.1:{free_port()}"
+        port = free_port()
+        endpoint = f"127.0.0.1:{port}"
+        self._store = _rendezvous_store(port)
         run_id = uuid.uuid4().hex
         self._logs: list[tuple[IO[str], IO[str]]] = []
         self.procs: list[subprocess.Popen[str]] = []
@@ -64,7 +81,7 @@ class Agents:
                 sys.executable, "-m", "torch.distributed.run",
                 "--nnodes", nnodes or str(len(nproc_per_agent)), "--nproc-per-node", str(nproc),
                 "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", run_id,
-                "--rdzv-conf", FAST_RDZV, "--max-restarts", str(max_restarts), "--monitor-interval", "0.2",
+                "--rdzv-conf", f"{FAST_RDZV},is_host=false", "--max-restarts", str(max_restarts), "--monitor-interval", "0.2",
                 *extra, *argv,
             ]
             # Files, not pipes: a chatty agent cannot block on a full pipe while the test waits.
@@ -103,6 +120,7 @@ class Agents:
         for logs in self._logs:
             for log in logs:
                 log.close()
+        self._store = None  # the server stops with its last reference
 
     def _read(self, index: int) -> tuple[str, str]:
         texts = []
