@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from ..rules.sharded_ddp.flags import FLAG, FSDP_FLAG, Rewrite
-from ..run.context import Settings
+from ..run.context import Settings, legacy_names_in
 from .python import PythonHook
 from .shell import commands
 from .spans import SpanEdit, block_end, gaps
@@ -217,7 +217,7 @@ def rewrite_markdown(text: str, settings: Settings, python: PythonHook | None = 
         close = re.compile(rf"^[ \t]*{re.escape(fence[0])}{{{len(fence)},}}[ \t]*$", re.M).search(text, match.end())
         end = close.start() if close else len(text)
         prose.append((pos, match.start()))
-        if KEY in text[match.end():end]:
+        if KEY in text[match.end():end] or legacy_names_in(text[match.end():end], settings):
             result.extend(_code_block(text, match.end(), end, match.group(3), settings, python,
                                       _line_no(text, match.end())))
         pos = close.end() if close else len(text)
@@ -246,7 +246,7 @@ def rewrite_rst(text: str, settings: Settings, python: PythonHook | None = None)
         blocks.append((match.end(), end, ""))
     blocks.sort()
     for a, b, lang in blocks:
-        if KEY in text[a:b]:
+        if KEY in text[a:b] or legacy_names_in(text[a:b], settings):
             result.extend(_code_block(text, a, b, lang, settings, python, _line_no(text, a)))
     for a, b in gaps(text, [(a, b) for a, b, _ in blocks]):
         result.extend(_inline_code(text, a, b, (_RST_INLINE, _RST_ROLE), settings))

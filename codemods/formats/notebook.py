@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable
 
 from ..rules.sharded_ddp.flags import Issue, Rewrite
-from ..run.context import Settings, needles
+from ..run.context import Settings, legacy_names_in, needles
 from ..run.report import Edit
 from . import jsonspan
 from .kinds import detect_kind
@@ -82,7 +82,8 @@ def _python_cell(code: str, settings: Settings, python: PythonHook, first_line: 
         masked.append(f"{indent}pass{mark}")
     source = "".join(masked)
     try:  # cells without a usage are not parsed: cheap, and no warning about IPython syntax there
-        found_py = python(source, first_line) if "sharded_ddp" in code or "fairscale" in code else Rewrite()
+        found_py = python(source, first_line) if (
+            "sharded_ddp" in code or "fairscale" in code or legacy_names_in(code, settings)) else Rewrite()
     except Exception as error:  # not Python after all: leave the cell, say so
         result.issues.append(Issue(0, "cell-not-parsed", f"code cell not parsed as Python "
                                    f"({error.__class__.__name__}); left as is", line=first_line))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["FsdpForm", "Settings", "Target", "fsdp_form_for", "needles"]
+__all__ = ["FsdpForm", "Settings", "Target", "fsdp_form_for", "legacy_names_in", "needles"]
 
 #: The target syntax: the list syntax or Transformers' FSDP arguments.
 Target = Literal["list", "fsdp"]
@@ -40,6 +40,15 @@ def needles(settings: Settings) -> tuple[bytes, ...]:
 
         found += [name.encode() for name in NAMES]
     return tuple(found)
+
+
+def legacy_names_in(text: str, settings: Settings) -> bool:
+    """Whether ``text`` (a code block, a notebook cell) holds a Transformers-legacy name the run asks for."""
+    if not settings.transformers_legacy:
+        return False
+    from ..rules.transformers_legacy.plans import NAMES
+
+    return any(name in text for name in NAMES)
 
 
 def fsdp_form_for(transformers: str | None) -> FsdpForm:
