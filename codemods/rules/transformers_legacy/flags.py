@@ -101,7 +101,8 @@ def _one(text: str, match: re.Match[str], a: int, b: int) -> Rewrite:
         found = _WORD.match(text, fe, b)
         if found and not found.group(1).startswith("-"):
             candidate = found.group(1)
-            if row.type is not bool or candidate.strip("'\"").lower() in _BOOLS:
+            # a boolean takes the word only when it is a boolean (or a variable that may hold one)
+            if row.type is not bool or candidate.strip("'\"").lower() in _BOOLS or "$" in candidate:
                 vend, word = found.end(), candidate
     value: Any = True if word is None and row.type is bool else (NOT_LITERAL if word is None else _value(row, word))
     plan = plan_field(row, value)
