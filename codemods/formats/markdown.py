@@ -4,6 +4,7 @@ for inline code; prose is never edited."""
 from __future__ import annotations
 
 import re
+import textwrap
 
 from ..rules.sharded_ddp.flags import FLAG, FSDP_FLAG, Rewrite
 from ..run.context import Settings, legacy_names_in
@@ -26,11 +27,24 @@ def _code_block(text: str, start: int, end: int, lang: str, settings: Settings,
     if lang in _SHELL_LANGS:
         return commands(text, start, end, settings)
     if lang in _PYTHON_LANGS and python is not None:
-        found = python(text[start:end], first_line)
-        found.edits = [SpanEdit(start + e.start, start + e.end, e.new, e.rule, e.note, e.records)
+        block = text[start:end]
+        code = textwrap.dedent(block)  # an reST block is indented under its directive
+        indent = "" if code == block else _indent_of(block)
+        found = python(code, first_line)
+        found.edits = [SpanEdit(start + e.start, start + e.end if e.end < len(code) else end,
+                                textwrap.indent(e.new, indent) if indent else e.new, e.rule, e.note, e.records)
                        for e in found.edits]
         return found
     return Rewrite()
+
+
+def _indent_of(block: str) -> str:
+    """The indentation every non-blank line of ``block`` shares."""
+    lines = [line for line in block.splitlines() if line.strip()]
+    first = lines[0][:len(lines[0]) - len(lines[0].lstrip())] if lines else ""
+    while first and not all(line.startswith(first) for line in lines):
+        first = first[:-1]
+    return first
 
 
 # --------------------------------------------------------------------------- inline code
