@@ -179,3 +179,18 @@ def test_the_runtime_warning_names_the_flag() -> None:
 
     assert "shardcompat-migrate --transformers-legacy" in MIGRATE_HINT
     assert "--transformers-legacy" in build_parser().format_help()
+
+
+def test_with_the_sharded_ddp_rules_and_their_scope(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Both tables on one command line; where no evidence of Transformers lets --sharded_ddp be
+    edited, the Transformers names (their own evidence) still are."""
+    line = "python run.py --sharded_ddp --evaluation_strategy steps --fp16_backend auto\n"
+    for folder, expected in (("with-evidence", "python run.py --sharded_ddp simple --eval_strategy steps\n"),
+                             ("held", "python run.py --sharded_ddp --eval_strategy steps\n")):
+        (tmp_path / folder).mkdir()
+        if folder == "with-evidence":
+            (tmp_path / folder / "requirements.txt").write_text("transformers\n")
+        (tmp_path / folder / "run.sh").write_text(line)
+        main([str(tmp_path / folder), "--transformers-legacy", "--write", "--no-progress"])
+        assert (tmp_path / folder / "run.sh").read_text() == expected
+    capsys.readouterr()
