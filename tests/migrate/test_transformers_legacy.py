@@ -194,3 +194,11 @@ def test_with_the_sharded_ddp_rules_and_their_scope(tmp_path: Path, capsys: pyte
         main([str(tmp_path / folder), "--transformers-legacy", "--write", "--no-progress"])
         assert (tmp_path / folder / "run.sh").read_text() == expected
     capsys.readouterr()
+
+
+def test_a_tokenizer_variable_alone_keeps_the_fast_path() -> None:
+    """Only ``tokenizer=`` inside a call is the table's; the whole-module parse is for files
+    that may hold one of its names."""
+    plain = "tokenizer = AutoTokenizer.from_pretrained('p')\nmodel(tokenizer)\n"
+    assert not migrate_source(plain, SETTINGS).whole
+    assert migrate_source("Trainer(model=m,\n        tokenizer=t)\n", SETTINGS).whole

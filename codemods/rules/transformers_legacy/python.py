@@ -36,8 +36,9 @@ __all__ = ["RULE", "UNMIGRATED", "TransformersLegacy", "needs_module"]
 RULE = "transformers-legacy"
 UNMIGRATED = "transformers-legacy-unmigrated"
 _MODULES = {"transformers": (Kind.TOP_LEVEL,), "transformers.utils": (Kind.UTILS,)}
-#: ``tokenizer`` alone is everywhere in Transformers code; only the keyword form counts.
-_NEEDLE = re.compile(r"\b(?:" + "|".join(sorted(set(NAMES) - {"tokenizer"})) + r")\b|\btokenizer\s*=")
+#: ``tokenizer`` is everywhere in Transformers code (``tokenizer = AutoTokenizer...``); only
+#: the keyword form inside a call counts.
+_NEEDLE = re.compile(r"\b(?:" + "|".join(sorted(set(NAMES) - {"tokenizer"})) + r")\b|[(,]\s*tokenizer\s*=(?!=)")
 
 Body = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
 
