@@ -29,6 +29,7 @@ import libcst as cst
 from shardcompat.transformers.legacy_table import Kind, LegacyName
 
 from ..base import Rule
+from .ownfield import OWN_ROWS, OwnField, own_field
 from .plans import NAMES, NOT_LITERAL, Plan, plan_field, plan_name, rows_named
 
 __all__ = ["RULE", "UNMIGRATED", "TransformersLegacy", "needs_module"]
@@ -67,8 +68,9 @@ class _Uses:
     rebound: bool = False
 
 
-def _file_facts(code: str) -> tuple[dict[str, _Uses], set[str]]:
-    """Uses of every bare name, and the names the file declares as its own options."""
+def _file_facts(code: str) -> tuple[dict[str, _Uses], set[str], OwnField | None]:
+    """Uses of every bare name, the names the file declares as its own options, and where the
+    fields it reads itself go (:mod:`.ownfield`)."""
     tree = ast.parse(code)
     uses: dict[str, _Uses] = {}
     declared: set[str] = set()
@@ -102,7 +104,7 @@ def _file_facts(code: str) -> tuple[dict[str, _Uses], set[str]]:
                 local = alias.asname or alias.name.split(".")[0]
                 if not (isinstance(node, ast.ImportFrom) and node.module in _MODULES and alias.asname is None):
                     uses.setdefault(local, _Uses()).rebound = True
-    return uses, declared
+    return uses, declared, own_field(tree)
 
 
 def _literal(module: cst.Module, node: cst.BaseExpression) -> Any:
@@ -138,8 +140,9 @@ class TransformersLegacy(Rule):
 
     def __init__(self, records: Any, module: cst.Module) -> None:
         super().__init__(records, module)
+        self.own: OwnField | None = None
         try:
-            self.uses, self.declared = _file_facts(module.code)
+            self.uses, self.declared, self.own = _file_facts(module.code)
         except (SyntaxError, ValueError):  # newer syntax than this Python's ast: no whole-file facts
             self.uses, self.declared = {}, set()
         self.renames: dict[str, str] = {}  # local name -> today's name
@@ -272,6 +275,23 @@ class TransformersLegacy(Rule):
         body, carry = self._without_removed(list(updated_node.body))
         return updated_node.with_changes(body=body, footer=[*carry, *updated_node.footer])
 
+    def leave_ClassDef(self, original_node: cst.ClassDef, updated_node: cst.ClassDef) -> cst.ClassDef:
+        own = self.own
+        if own is None or original_node.name.value != own.cls or not isinstance(updated_node.body, cst.IndentedBlock):
+            return updated_node
+        added = []
+        for name in own.names:
+            row = OWN_ROWS[name]
+            kind = row.type.__name__
+            help_text = json.dumps(f"{row.flag} of Transformers 4.x TrainingArguments, read by this script")
+            value = (f'field(default={row.default!r}, metadata={{"help": {help_text}}})'
+                     if own.field_call else repr(row.default))
+            added.append(cst.parse_statement(f"{name}: {kind} = {value}\n"))
+            self.record(original_node.name, f"{name}: {kind} = {value}", RULE,
+                        f"{name} moves to the script's own {own.cls}", before="")
+        body = updated_node.body
+        return updated_node.with_changes(body=body.with_changes(body=[*body.body, *added]))
+
     # ------------------------------------------------------------------ names and calls
     def visit_Attribute(self, node: cst.Attribute) -> None:
         self.skip_names.add(id(node.attr))
@@ -306,6 +326,11 @@ class TransformersLegacy(Rule):
         target = receiver.rsplit(".", 1)[-1] if receiver else _dotted(original_node.value).rsplit(".", 1)[-1]
         if row is None or name in self.declared or "args" not in target or self.blocked(original_node):
             return updated_node
+        own = self.own
+        if own is not None and name in own.names and receiver == own.source:
+            new_read = updated_node.with_changes(value=cst.Name(own.target))
+            self.record(original_node, new_read, RULE, f"a field of {own.cls} now: {row.reason}")
+            return new_read
         plan = plan_name(row)
         if plan.action == "rename":
             new = updated_node.with_changes(attr=cst.Name(plan.name))
