@@ -202,3 +202,18 @@ def test_a_tokenizer_variable_alone_keeps_the_fast_path() -> None:
     plain = "tokenizer = AutoTokenizer.from_pretrained('p')\nmodel(tokenizer)\n"
     assert not migrate_source(plain, SETTINGS).whole
     assert migrate_source("Trainer(model=m,\n        tokenizer=t)\n", SETTINGS).whole
+
+
+def test_overwrite_output_dir_is_reported_where_the_file_does_not_show_its_dataclass() -> None:
+    """Two parses that unpack into different names: which object holds the field cannot be
+    told, so the read is reported and nothing moves."""
+    code = (
+        "from dataclasses import dataclass\n\n\n@dataclass\nclass Data:\n    path: str = ''\n\n\n"
+        "parser = HfArgumentParser((Data, TrainingArguments))\n"
+        "data, training_args = parser.parse_args_into_dataclasses()\n"
+        "other, targs = parser.parse_json_file('a.json')\n"
+        "resume = not training_args.overwrite_output_dir\n"
+    )
+    new, result = _migrate(code)
+    assert new == code and [w.rule for w in result.warnings] == [UNMIGRATED]
+    assert "overwrite_output_dir" in result.warnings[0].message
