@@ -163,7 +163,7 @@ def test_the_table_shows_every_rank_of_both_runs(ddp: dict[str, Any]) -> None:
     assert "largest loss difference vs plain DDP: 0" in lines[-2]
 
 
-def _processes_with(marker: str) -> list[int]:
+def processes_with(marker: str) -> list[int]:
     found = []
     for proc in Path("/proc").iterdir():
         with contextlib.suppress(OSError):
@@ -203,7 +203,7 @@ def test_a_failing_rank_fails_the_command_with_its_error_and_leaves_no_process(t
     assert "rank 1 failed" in result.stderr and "injected fault on rank 1" in result.stderr
     assert "Traceback" in result.stderr, "a crash inside training keeps its traceback"
     assert result.stdout == ""
-    assert _processes_with(marker) == []
+    assert processes_with(marker) == []
 
 
 @pytest.mark.parametrize(

@@ -9,9 +9,10 @@ sharded run and plain DDP see the same numbers and their losses can be compared.
 The report counts state from the unique storages each rank holds (see
 :mod:`shardcompat.memory`), at the point of the last step where it is largest (after
 forward, after backward or after the optimizer step: zero_dp_2 holds full parameters after
-forward, every stage holds gradients after backward).  Peak RSS is the process's resident
-high-water mark (Linux VmHWM, reset at the start of each run; ru_maxrss elsewhere): it
-includes the Python interpreter and torch itself, unlike the state bytes.  The last step's
+forward, every stage holds gradients after backward).  Peak RSS is the resident high-water
+mark (Linux VmHWM; ru_maxrss elsewhere) of a process that trained that run alone: every run
+gets fresh processes, under torchrun too (see :func:`_launch`).  It includes the Python
+interpreter and torch itself, unlike the state bytes.  The last step's
 collectives are counted at torch's dispatcher (:mod:`shardcompat.comm`: every ``c10d`` call,
 DDP's C++ reducer included) and held against the ZeRO model's volume.
 
@@ -106,7 +107,8 @@ def run(args: argparse.Namespace) -> int:
     fails here in a second with exit 2 and no traceback; tracebacks are for crashes inside
     training.
     """
-    from ..launch import WorkerFailed, WorkerTimeout, launched
+    from ..launch import WorkerFailed, WorkerTimeout, fresh_processes, launched
+    from ..memory import peak_rss_method
 
     try:
         configs = _configs(args)
@@ -125,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
         reference = runs[1] if len(runs) > 1 else None
         report = build_report(_setup(configs, nproc), runs[:1], reference)
         report["resumed_from_step"] = runs[0].resumed_from_step
+        report["peak_rss_measured"] = peak_rss_method(fresh=fresh_processes(), runs=len(runs))
         print(json.dumps(report, indent=2) if args.json else render_table(report))
     return 0
 
@@ -249,17 +252,20 @@ def placement(options: str, world_size: int) -> dict[str, Any]:
 def _launch(configs: list[RunConfig], nproc: int, timeout: float, collective_timeout: float) -> list[RunResult]:
     """Every run, merged across ranks.
 
-    Started locally, each run gets its own fresh process group, so each rank's peak memory
-    is its own; under torchrun this process is one rank of one job, which runs them all.
+    Each run gets fresh processes of its own, so each rank's peak RSS is that run's alone:
+    started here, a new group of ranks per run; under torchrun, each rank starts a child per
+    run, and the children of all ranks form that run's group (:func:`~shardcompat.launch.spawn`
+    with ``fresh``).  Where torchrun cannot (:func:`~shardcompat.launch.fresh_processes`),
+    every run is trained in this process and the report says that later peaks include earlier runs.
     """
-    from ..launch import launched, spawn
+    from ..launch import fresh_processes, spawn
 
     backend = "nccl" if configs[0].device == "cuda" else "gloo"
-    jobs = [configs] if launched() else [[config] for config in configs]
+    jobs = [[config] for config in configs] if fresh_processes() else [configs]
     runs = []
     for job in jobs:
         per_rank = spawn(_train_ranks, nproc, (job,), backend=backend, timeout=timeout,
-                         collective_timeout=collective_timeout)
+                         collective_timeout=collective_timeout, fresh=True)
         runs += [_merge([outcomes[i] for outcomes in per_rank]) for i in range(len(job))]
     return runs
 
