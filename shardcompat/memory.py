@@ -112,17 +112,12 @@ def peak_rss() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # KiB on Linux
 
 
-def peak_rss_method(*, fresh: bool, runs: int = 1) -> str:
-    """How :func:`peak_rss` figures were measured, in words for a report: the counter, and
-    whether each run had processes of its own (``fresh``) or shared them with ``runs - 1`` others."""
+def peak_rss_method() -> str:
+    """Which counter :func:`peak_rss` reads here: ``VmHWM`` (resettable, Linux) or ``ru_maxrss``."""
     try:
-        counter = "VmHWM" if "VmHWM:" in _STATUS.read_text() else "ru_maxrss"
+        return "VmHWM" if "VmHWM:" in _STATUS.read_text() else "ru_maxrss"
     except OSError:
-        counter = "ru_maxrss"
-    if fresh or runs == 1:
-        return f"{counter} of a fresh process per run and rank"
-    return (f"{counter} of one process per rank that trained all {runs} runs in turn: a later run's peak "
-            "includes what the earlier ones left resident")
+        return "ru_maxrss"
 
 
 # --------------------------------------------------------------------------- the ZeRO model

@@ -107,8 +107,7 @@ def run(args: argparse.Namespace) -> int:
     fails here in a second with exit 2 and no traceback; tracebacks are for crashes inside
     training.
     """
-    from ..launch import WorkerFailed, WorkerTimeout, fresh_processes, launched
-    from ..memory import peak_rss_method
+    from ..launch import WorkerFailed, WorkerTimeout, launched
 
     try:
         configs = _configs(args)
@@ -127,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         reference = runs[1] if len(runs) > 1 else None
         report = build_report(_setup(configs, nproc), runs[:1], reference)
         report["resumed_from_step"] = runs[0].resumed_from_step
-        report["peak_rss_measured"] = peak_rss_method(fresh=fresh_processes(), runs=len(runs))
+        report["peak_rss_measured"] = _peak_rss_scope(len(runs))
         print(json.dumps(report, indent=2) if args.json else render_table(report))
     return 0
 
@@ -252,22 +251,45 @@ def placement(options: str, world_size: int) -> dict[str, Any]:
 def _launch(configs: list[RunConfig], nproc: int, timeout: float, collective_timeout: float) -> list[RunResult]:
     """Every run, merged across ranks.
 
-    Each run gets fresh processes of its own, so each rank's peak RSS is that run's alone:
-    started here, a new group of ranks per run; under torchrun, each rank starts a child per
-    run, and the children of all ranks form that run's group (:func:`~shardcompat.launch.spawn`
-    with ``fresh``).  Where torchrun cannot (:func:`~shardcompat.launch.fresh_processes`),
-    every run is trained in this process and the report says that later peaks include earlier runs.
+    Each run gets processes of its own, so each rank's peak RSS is that run's alone:
+    started here, a new group of ranks per run; under torchrun with several runs, each rank
+    starts a child per run, and the children of all ranks form that run's group
+    (:func:`~shardcompat.launch.spawn` with ``fresh``).  A single run under torchrun trains
+    in the rank itself: nothing ran before it there, and torchrun sees its worker die as is.
     """
-    from ..launch import fresh_processes, spawn
+    from ..launch import spawn
 
     backend = "nccl" if configs[0].device == "cuda" else "gloo"
-    jobs = [[config] for config in configs] if fresh_processes() else [configs]
     runs = []
-    for job in jobs:
+    for job in _jobs(configs):
         per_rank = spawn(_train_ranks, nproc, (job,), backend=backend, timeout=timeout,
-                         collective_timeout=collective_timeout, fresh=True)
+                         collective_timeout=collective_timeout, fresh=len(configs) > 1)
         runs += [_merge([outcomes[i] for outcomes in per_rank]) for i in range(len(job))]
     return runs
+
+
+def _jobs(configs: list[RunConfig]) -> list[list[RunConfig]]:
+    """The runs grouped by the processes that train them: one group per run where it can be
+    (:func:`~shardcompat.launch.fresh_processes`), else all in this rank, one after another."""
+    from ..launch import fresh_processes
+
+    return [[config] for config in configs] if fresh_processes() else [configs]
+
+
+def _peak_rss_scope(runs: int) -> str:
+    """How the report's peak RSS was measured, in words (the table's legend and ``--json``)."""
+    from ..launch import fresh_processes, launched
+    from ..memory import peak_rss_method
+
+    counter = peak_rss_method()
+    if not launched():
+        return f"{counter} of a fresh process per run and rank"
+    if runs == 1:
+        return f"{counter} of the torchrun worker itself, which also did this rank's setup"
+    if fresh_processes():
+        return f"{counter} of a fresh child process of each torchrun worker per run"
+    return (f"{counter} of the torchrun worker, which trained all {runs} runs in turn: a later run's peak "
+            "includes what the earlier ones left resident")
 
 
 def _merge(per_rank: list[RunResult]) -> RunResult:
