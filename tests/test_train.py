@@ -113,6 +113,9 @@ def test_compare_ddp_json_is_all_of_stdout_and_zero_dp_1_halves_optimizer_state(
     assert_same_losses(run, reference)
     for row in run["ranks"]:
         assert row["peak_rss"] > row["total"] > 0 and row["median_step_s"] > 0
+    # started here, each run had a new group of ranks; the table's legend says so too
+    assert report["peak_rss_measured"].endswith("of a fresh process per run and rank")
+    assert f"peak RSS = {report['peak_rss_measured']}" in render_table(report)
 
 
 @pytest.mark.slow

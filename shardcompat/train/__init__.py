@@ -11,7 +11,7 @@ The report counts state from the unique storages each rank holds (see
 forward, after backward or after the optimizer step: zero_dp_2 holds full parameters after
 forward, every stage holds gradients after backward).  Peak RSS is the resident high-water
 mark (Linux VmHWM; ru_maxrss elsewhere) of a process that trained that run alone: every run
-gets fresh processes, under torchrun too (see :func:`_launch`).  It includes the Python
+gets processes of its own, under torchrun too (see :func:`_launch`).  It includes the Python
 interpreter and torch itself, unlike the state bytes.  The last step's
 collectives are counted at torch's dispatcher (:mod:`shardcompat.comm`: every ``c10d`` call,
 DDP's C++ reducer included) and held against the ZeRO model's volume.
