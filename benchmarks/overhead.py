@@ -430,6 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     cases, skipped = runnable()
     if args.backend:
         cases = [case for case in cases if case.backend in args.backend]
+        skipped = [why for why in skipped if why.split(":")[0] in args.backend]
     indices = [CASES.index(case) for case in cases]
     per_rank = spawn(_job, args.nproc, (indices, (size, most), args.quick), timeout=3600)
     results = [Result(case, [rank[i][0] for rank in per_rank], per_rank[0][i][1]) for i, case in enumerate(cases)]

@@ -154,3 +154,23 @@ def test_each_rank_optimizes_its_shard_with_the_settings_of_its_group(results: d
     groups = results[case].info["groups"]
     assert groups == results[case.reference].info["groups"]
     assert groups == [{"lr": 1e-2, "weight_decay": 0.1}, {"lr": 3e-3, "weight_decay": 0.0}]
+
+
+@pytest.mark.parametrize(("pg", "device", "hooked"), [
+    ("gloo", "cpu", True), ("nccl", "cuda:0", True), ("gloo", "cuda:0", False), ("mpi", "cpu", False),
+])
+def test_the_plan_falls_back_to_the_all_reduce_where_the_hook_cannot_run(
+        monkeypatch: pytest.MonkeyPatch, pg: str, device: str, hooked: bool) -> None:
+    """Planning only (no ranks): the process group's backend is what a running job would
+    report, set here because this machine has neither CUDA nor MPI."""
+    from shardcompat.backends import Placement, torch_ddp_zero
+    from shardcompat.options import parse_options
+
+    monkeypatch.setattr(torch_ddp_zero, "_pg_backend", lambda placement: pg)
+    plan = torch_ddp_zero.BACKEND.plan(parse_options("zero_dp_1"), Placement(world_size=2, device=device))
+    assert plan.settings["hook"] is hooked
+    assert ("reduce_scatter_to_owners" in plan.call) is hooked
+    notes = " ".join(plan.notes)
+    assert ("3Ψ a step instead of ZeRO-1's 2Ψ" in notes) is not hooked
+    if pg == "gloo" and not hooked:
+        assert "gloo has no reduce-scatter for CUDA tensors" in notes
