@@ -9,8 +9,12 @@ all in some), so only the owners get the reduced gradients; ZeRO's bucketed broa
 
 Non-owners' gradients are set to zero (DDP keeps a gradient on every parameter, so they cannot
 be ``None`` as in fairscale's ShardedDDP): a norm over every local gradient is then the norm of
-the owned ones, which :func:`clip_sharded_grad_norm_` all-reduces into the global one.  The
-owned parts are averaged over the ranks, as DDP's all-reduce averages them.
+the owned ones, and :func:`clip_sharded_grad_norm_` all-reduces the per-parameter norms.  The
+owned parts are averaged over the ranks, as DDP's all-reduce averages them.  As with ShardedDDP,
+this holds for gradients zeroed after each step (``zero_grad`` does it for every parameter the
+optimizer holds): a gradient left to add up over steps (a trainable parameter the optimizer
+leaves out) is reduced again with the owner's previous average in it, so it is not DDP's sum.
+Such a parameter has no owner; rank 0 receives its gradient.
 
 ``reduce_scatter`` with a list of uneven tensors runs on gloo (CPU tensors only) and NCCL
 (which groups one reduce per rank); :func:`hook_unavailable` says when it cannot run.  gloo's
@@ -18,7 +22,6 @@ reduce-scatter has no future, so on gloo the hook waits for each bucket's reduct
 backward goes on (NCCL's overlaps with backward, as DDP's all-reduce does).
 """
 
-import math
 from typing import Any
 
 import torch
@@ -61,7 +64,9 @@ def reduce_scatter_to_owners(
     buffer = bucket.buffer()
     per_rank: list[list[torch.Tensor]] = [[] for _ in range(world)]
     for param, grad in zip(bucket.parameters(), bucket.gradients()):
-        per_rank[owner[param]].append(grad)
+        # A parameter the optimizer factory left out has no owner and is stepped by no one:
+        # rank 0 gets its reduced gradient, so none is lost.
+        per_rank[owner.get(param, 0)].append(grad)
     inputs = [torch.cat([g.reshape(-1) for g in grads]) if grads else buffer.new_empty(0)
               for grads in per_rank]
     for chunk in inputs:
@@ -92,19 +97,27 @@ def reduce_scatter_to_owners(
 
 def clip_sharded_grad_norm_(parameters: list[nn.Parameter], max_norm: float, norm_type: float,
                             group: dist.ProcessGroup | None) -> torch.Tensor:
-    """Clip by the global norm when each rank holds its own gradients and zeros elsewhere:
-    the local norm over every gradient is the owned ones', combined over the ranks by one
-    all-reduce (max for the inf-norm, the sum of ``norm ** p`` otherwise)."""
+    """Clip by the global norm when each rank holds its own gradients and zeros elsewhere.
+
+    Bit for bit DDP's ``clip_grad_norm_``: each rank takes the norm of every gradient (0 where
+    it is not the owner), one all-reduce sums them into the vector of per-parameter norms that
+    DDP's clip stacks (x + 0 is exact), and the total is that vector's norm, as torch computes
+    it.  A norm assembled otherwise (the ranks' partial norms combined) differs in the last
+    bits, and an optimizer that divides by a gradient's own size (Adafactor, on GPT-2's key
+    bias, whose gradient is rounding noise) turns those bits into whole learning-rate steps.
+    """
     grads = [p.grad for p in parameters if p.grad is not None]
     if not grads:
         return torch.zeros(())
-    local = nn.utils.get_total_norm(grads, norm_type).float()
-    if math.isinf(norm_type):
-        dist.all_reduce(local, op=dist.ReduceOp.MAX, group=group)
-        total = local
+    from torch.utils._foreach_utils import _has_foreach_support
+
+    # the per-tensor norms torch's get_total_norm takes (foreach kernels where it uses them)
+    if _has_foreach_support(grads, grads[0].device):
+        each = list(torch._foreach_norm(grads, norm_type))
     else:
-        powered = local.pow(norm_type)
-        dist.all_reduce(powered, group=group)
-        total = powered.pow(1.0 / norm_type)
+        each = [torch.linalg.vector_norm(g, norm_type) for g in grads]
+    norms = torch.stack(each)
+    dist.all_reduce(norms, group=group)
+    total: torch.Tensor = torch.linalg.vector_norm(norms, norm_type)
     nn.utils.clip_grads_with_norm_([p for p in parameters if p.grad is not None], max_norm, total)
     return total
