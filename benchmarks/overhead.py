@@ -77,9 +77,15 @@ def _ddp(model: nn.Module, lr: float) -> Built:
 def _ddp_zero(model: nn.Module, lr: float) -> Built:
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
+    from shardcompat.backends._zero_hook import Owners, reduce_scatter_to_owners
+
     ddp = nn.parallel.DistributedDataParallel(model)
-    return ddp, ZeroRedundancyOptimizer(list(ddp.parameters()), optimizer_class=torch.optim.AdamW,
-                                        parameters_as_bucket_view=True, lr=lr)
+    zero = ZeroRedundancyOptimizer(list(ddp.parameters()), optimizer_class=torch.optim.AdamW,
+                                   parameters_as_bucket_view=True, lr=lr)
+    # The hook the plan registers (gradients reduce-scattered to their owners): what a user
+    # serving ZeRO-1 at 2Ψ by hand would write, so both arms move the same bytes.
+    ddp.register_comm_hook(Owners(zero, None), reduce_scatter_to_owners)
+    return ddp, zero
 
 
 def _fsdp1(model: nn.Module, lr: float) -> Built:
@@ -151,6 +157,12 @@ def _clip(model: Any, optim: Any) -> Any:
     return nn.utils.clip_grad_norm_(model.parameters(), 1e9)
 
 
+def _owners_clip(model: Any, optim: Any) -> Any:
+    from shardcompat.backends._zero_hook import clip_sharded_grad_norm_
+
+    return clip_sharded_grad_norm_(list(model.parameters()), 1e9, 2.0, None)  # each rank owns its grads
+
+
 def _own_clip(model: Any, optim: Any) -> Any:
     return model.clip_grad_norm_(1e9)  # FSDP1's
 
@@ -161,7 +173,7 @@ def _oss_clip(model: Any, optim: Any) -> Any:
 
 CASES = [
     Case("", "torch-zero", _ddp, _model_no_sync, _clip),
-    Case("zero_dp_1", "torch-zero", _ddp_zero, _model_no_sync, _clip),
+    Case("zero_dp_1", "torch-zero", _ddp_zero, _model_no_sync, _owners_clip),
     Case("zero_dp_3", "torch-fsdp1", _fsdp1, _model_no_sync, _own_clip),
     Case("zero_dp_3 auto_wrap", "torch-fsdp2", _fsdp2, _fsdp2_no_sync, _clip),
     Case("simple", "fairscale-sdp", _sharded_ddp, _model_no_sync, _oss_clip),
@@ -410,10 +422,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="pairs per round, until each interval is decided (default 100; quick 6, one round)")
     parser.add_argument("--max-pairs", type=int, default=None, help="stop a backend after this many pairs (default 1000)")
     parser.add_argument("--nproc", type=int, default=2)
+    parser.add_argument("--backend", action="append", default=None, metavar="NAME",
+                        help="measure only this backend (repeatable; default every one that can run)")
     args = parser.parse_args(argv)
     size = args.pairs or (6 if args.quick else 100)
     most = args.max_pairs or (size if args.quick else 1000)
     cases, skipped = runnable()
+    if args.backend:
+        cases = [case for case in cases if case.backend in args.backend]
+        skipped = [why for why in skipped if why.split(":")[0] in args.backend]
     indices = [CASES.index(case) for case in cases]
     per_rank = spawn(_job, args.nproc, (indices, (size, most), args.quick), timeout=3600)
     results = [Result(case, [rank[i][0] for rank in per_rank], per_rank[0][i][1]) for i, case in enumerate(cases)]

@@ -1,8 +1,10 @@
-"""``shardcompat-migrate``: move a repository off the legacy boolean ``--sharded_ddp``.
+"""``shardcompat-migrate``: move a repository off the legacy boolean ``--sharded_ddp`` (and, on
+request, off fairscale imports and the Transformers 4.x names ``shardcompat run`` serves).
 
     shardcompat-migrate PATH... [--check | --diff | --write] [--to list|fsdp]
                         [--transformers VERSION] [--jobs N] [--exclude GLOB]...
-                        [--scope evidence|all] [--fairscale-imports] [--json] [--no-progress]
+                        [--scope evidence|all] [--fairscale-imports] [--transformers-legacy]
+                        [--no-legacy] [--json] [--no-progress]
 
 Default: print a unified diff and a summary, write nothing.  Exit codes: 0 clean (nothing
 found, or only what this run wrote), 1 ``--check`` found legacy usage (to change, held for
@@ -67,8 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="edit only where the tree shows Transformers usage (default) or everywhere")
     parser.add_argument("--fairscale-imports", action="store_true",
                         help="also rewrite fairscale imports to shardcompat.fairscale")
+    parser.add_argument("--transformers-legacy", action="store_true",
+                        help="also rewrite the Transformers 4.x names shardcompat run serves (TrainingArguments "
+                        "keywords and flags such as --evaluation_strategy, Trainer(tokenizer=), "
+                        "from_pretrained(use_auth_token=), is_torch_tpu_available, send_example_telemetry) to "
+                        "today's spelling; what has no exact rewrite is reported (docs/transformers-legacy.md)")
     parser.add_argument("--no-legacy", dest="legacy", action="store_false",
-                        help="skip the --sharded_ddp rules (with --fairscale-imports)")
+                        help="skip the --sharded_ddp rules (with --fairscale-imports or --transformers-legacy)")
     parser.add_argument("--jobs", "-j", type=int, default=0, metavar="N",
                         help="at most N worker processes (default: CPU count; 1: no pool); a pool "
                         "is used only when there are enough files to parse")
@@ -153,8 +160,10 @@ def _jobs(matched: list[tuple[str, str, str]], evidence: dict[str, Evidence], ar
         found = evidence[root]
         settings = Settings(to=args.to, fsdp_form=form,
                             local_scripts=frozenset() if args.scope == "all" else found.local_scripts,
-                            fairscale_imports=args.fairscale_imports, legacy=args.legacy)
-        # the evidence rules are about --sharded_ddp; fairscale imports are their own evidence
+                            fairscale_imports=args.fairscale_imports, legacy=args.legacy,
+                            transformers_legacy=args.transformers_legacy)
+        # the evidence rules are about --sharded_ddp; fairscale imports and Transformers' own
+        # names are their own evidence
         edit_all = args.scope == "all" or not args.legacy
         scope, reason = ("edit", "") if edit_all else decide(path, kind, _read(path), found)
         jobs.append(Job(path, _display(path), kind, settings, scope, reason))
@@ -195,7 +204,8 @@ def _run_jobs(jobs: list[Job], workers: int, progress: _Progress) -> Iterator[Fi
 def run(args: argparse.Namespace) -> RunReport:
     """Scan, rewrite, and (with ``--write``) apply; returns the report."""
     report = RunReport(mode=args.mode)
-    probe = Settings(fairscale_imports=args.fairscale_imports, legacy=args.legacy)
+    probe = Settings(fairscale_imports=args.fairscale_imports, legacy=args.legacy,
+                     transformers_legacy=args.transformers_legacy)
     matched = _scan(args.paths, args.exclude, needles(probe), report)
     if not matched:
         return report
@@ -234,8 +244,8 @@ def _apply(report: RunReport, paths: dict[str, str], follow_links: bool) -> None
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if not args.legacy and not args.fairscale_imports:
-        build_parser().error("--no-legacy needs --fairscale-imports")
+    if not args.legacy and not args.fairscale_imports and not args.transformers_legacy:
+        build_parser().error("--no-legacy needs --fairscale-imports or --transformers-legacy")
     if args.transformers is not None:
         if args.to != "fsdp":
             build_parser().error("--transformers goes with --to fsdp (it picks the form of --fsdp to write)")

@@ -29,9 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from . import _exit_guard
-from ._rendezvous import attempt_store
+from ._rendezvous import agent_store_outlives_attempts, attempt_store
 
-__all__ = ["WorkerFailed", "WorkerTimeout", "free_port", "init_launched_group", "launched", "spawn"]
+__all__ = [
+    "WorkerFailed", "WorkerTimeout", "free_port", "fresh_processes", "init_launched_group", "launched", "spawn",
+]
 
 
 class WorkerFailed(RuntimeError):
@@ -170,6 +172,66 @@ def _run_here(fn: Callable[..., Any], args: Sequence[Any], backend: str, collect
             dist.destroy_process_group()
 
 
+def fresh_processes() -> bool:
+    """Whether ``spawn(..., fresh=True)`` runs ``fn`` in processes that did nothing before.
+
+    Started here, every rank is a new process anyway.  Under torchrun a rank's children can
+    form a new group each time only through the agent's store, which outlives them
+    (:mod:`shardcompat._rendezvous` gives each group its own prefix); without it rank 0
+    hosts the store itself, and a second group in a row could meet the first one's store.
+    A process group this process already holds cannot be handed to a child either.
+    """
+    if not launched():
+        return True
+    dist = sys.modules.get("torch.distributed")
+    held = bool(dist is not None and dist.is_available() and dist.is_initialized())
+    return not held and agent_store_outlives_attempts() and all(name in os.environ for name in _LAUNCHER_ENV)
+
+
+def _run_in_child(
+    fn: Callable[..., Any], args: Sequence[Any], backend: str, timeout: float, collective_timeout: float
+) -> list[Any]:
+    """:func:`_run_here` in a new child of this launcher-started rank; its result, or its failure raised here.
+
+    torchrun stops a job by killing each worker's process group, which holds this child too.
+    """
+    rank = int(os.environ["RANK"])
+    with tempfile.TemporaryDirectory(prefix="shardcompat-") as out:
+        proc = _context().Process(target=_child, args=(fn, tuple(args), backend, collective_timeout, out))
+        proc.start()
+        try:
+            proc.join(timeout)
+            if proc.is_alive():
+                raise WorkerTimeout(f"rank {rank} ran past its {timeout:.0f} s limit and was stopped")
+        finally:
+            if proc.is_alive():
+                proc.kill()
+            proc.join(5)
+        result = Path(out) / "result.pkl"
+        if proc.exitcode == 0 and result.exists():
+            gathered: list[Any] = pickle.loads(result.read_bytes())
+            return gathered
+        error = Path(out) / "error.pkl"
+        if error.exists():
+            failed, details = pickle.loads(error.read_bytes())
+            raise WorkerFailed(failed, None, details)
+        raise WorkerFailed(rank, proc.exitcode, "(no traceback: the process was killed)")
+
+
+def _child(fn: Callable[..., Any], args: tuple[Any, ...], backend: str, collective_timeout: float, out: str) -> None:
+    """The body of :func:`_run_in_child`'s process: results and failures travel through files."""
+    folder = Path(out)
+    try:
+        result = _run_here(fn, args, backend, collective_timeout)
+    except BaseException as error:
+        failed = (error.rank, error.details) if isinstance(error, WorkerFailed) else (
+            int(os.environ["RANK"]), traceback.format_exc())
+        (folder / "error.pkl").write_bytes(pickle.dumps(failed))
+        raise SystemExit(1) from None
+    (folder / "result.tmp").write_bytes(pickle.dumps(result))
+    os.replace(folder / "result.tmp", folder / "result.pkl")
+
+
 def _context() -> Any:
     method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
     ctx = multiprocessing.get_context(method)
@@ -188,6 +250,7 @@ def spawn(
     collective_timeout: float = 60.0,
     grace: float = 5.0,
     env: dict[str, str] | None = None,
+    fresh: bool = False,
 ) -> list[Any]:
     """Run ``fn(rank, world_size, *args)`` on ``nprocs`` ranks; return each rank's result.
 
@@ -199,9 +262,14 @@ def spawn(
 
     Under ``torchrun`` (or in an initialised process group) nothing is started: ``fn`` runs
     on this rank with the launcher's world size (``nprocs`` is ignored), and every rank gets
-    the list of all ranks' results.
+    the list of all ranks' results.  With ``fresh`` (and where :func:`fresh_processes` says
+    it can), each rank runs ``fn`` in a new child process of its own instead, whose group
+    meets through the launcher's store: what the call measures about its process (peak
+    RSS) then excludes whatever this process did before.
     """
     if launched():
+        if fresh and fresh_processes():
+            return _run_in_child(fn, args, backend, timeout, collective_timeout)
         return _run_here(fn, args, backend, collective_timeout)
     ctx = _context()
     threads = max(1, (os.cpu_count() or 1) // nprocs)

@@ -33,6 +33,7 @@ __all__ = [
     "count_state",
     "off_model_reason",
     "peak_rss",
+    "peak_rss_method",
     "plan_stage",
     "reset_peak_rss",
     "zero_model_bytes",
@@ -82,7 +83,10 @@ def count_state(tensors: Iterable[tuple[str, torch.Tensor]]) -> StateBytes:
 
 
 # Peak resident memory.  Linux keeps a resettable high-water mark (VmHWM, reset by writing 5
-# to clear_refs), which lets two runs in one process each report their own peak; elsewhere
+# to clear_refs), but the reset only lowers it to the current RSS: what an earlier run left
+# resident (allocator caches, torch's lazily loaded kernels; gc and malloc_trim return almost
+# none of it) still counts.  So a figure per run needs a process per run (``shardcompat
+# train`` starts one); the reset keeps the window honest within that process.  Elsewhere
 # ru_maxrss, the whole process's peak, is the best there is.
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
@@ -106,6 +110,14 @@ def peak_rss() -> int:
     if match:
         return int(match.group(1)) * 1024
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # KiB on Linux
+
+
+def peak_rss_method() -> str:
+    """Which counter :func:`peak_rss` reads here: ``VmHWM`` (resettable, Linux) or ``ru_maxrss``."""
+    try:
+        return "VmHWM" if "VmHWM:" in _STATUS.read_text() else "ru_maxrss"
+    except OSError:
+        return "ru_maxrss"
 
 
 # --------------------------------------------------------------------------- the ZeRO model

@@ -321,6 +321,8 @@ def volume(options: ShardingOptions, backend: str, stage: int, layout: Layout, w
     if backend in ("torch-zero", "fairscale-sdp"):
         if backend == "fairscale-sdp" and options.stage is Stage.SIMPLE:
             out["reduce"] = psi * bytes_.grad  # ShardedDDP: each gradient to its owner
+        elif backend == "torch-zero" and stage:
+            out["reduce-scatter"] = psi * bytes_.grad  # DDP's hook: each bucket to its owners
         else:
             out["all-reduce"] = 2 * psi * bytes_.grad  # DDP
         if stage:

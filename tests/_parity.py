@@ -105,6 +105,8 @@ OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
     "sgd": functools.partial(torch.optim.SGD, lr=0.05, momentum=0.9),
     "adamw": functools.partial(torch.optim.AdamW, lr=1e-2, weight_decay=0.01),
     "groups": two_groups,  # on backends whose optimizer sees the model's own parameters
+    # the matrices only: the biases and norms are left out (frozen by the optimizer, not by requires_grad)
+    "matrices": lambda params: torch.optim.SGD([p for p in params if p.dim() > 1], lr=0.05, momentum=0.9),
     "adagrad": functools.partial(torch.optim.Adagrad, lr=0.05),
     "adafactor": functools.partial(torch.optim.Adafactor, lr=1e-2),
     "hf-adafactor": hf_adafactor,

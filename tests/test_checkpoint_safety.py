@@ -145,6 +145,8 @@ def _writers(rank: int, name: str, root: Path) -> dict[str, Any]:
             (folder / rel).write_bytes(data)
         (root / "taken").mkdir()
         (root / "taken" / "model.pt").write_bytes(b"the user's own model.pt")
+        (root / "taken-sharded").mkdir()  # a sharded save writes no model.pt, but a manifest
+        (root / "taken-sharded" / "manifest.json").write_bytes(b"the user's own manifest.json")
     dist.barrier()
     prepared, scheduler = _prepare(name)
     _train(prepared, scheduler, 0, 1)
@@ -156,11 +158,12 @@ def _writers(rank: int, name: str, root: Path) -> dict[str, Any]:
     if name in SHARDED_WRITERS:
         prepared.save_checkpoint(folder, step=3, scheduler=scheduler, sharded=True)
         out["after_sharded"] = _tree(folder) if rank == 0 else None
-    try:
-        prepared.save_checkpoint(root / "taken", scheduler=scheduler)
-        out["taken"] = "(no error)"
-    except CheckpointError as error:
-        out["taken"] = f"{type(error).__name__}: {error}"
+    for key, sharded in [("taken", False), ("taken_sharded", True)][: 2 if name in SHARDED_WRITERS else 1]:
+        try:
+            prepared.save_checkpoint(root / key.replace("_", "-"), scheduler=scheduler, sharded=sharded)
+            out[key] = "(no error)"
+        except CheckpointError as error:
+            out[key] = f"{type(error).__name__}: {error}"
     out["taken_tree"] = _tree(root / "taken") if rank == 0 else None
     again, again_sched = _prepare(name, seed=1)
     out["loaded"] = again.load_checkpoint(folder, scheduler=again_sched)
@@ -250,11 +253,15 @@ def test_saving_into_a_folder_keeps_the_users_files(runs: dict[str, Any], name: 
 def test_a_users_file_where_the_checkpoint_goes_is_refused_before_anything_is_written(
     runs: dict[str, Any], name: str
 ) -> None:
-    for rank, result in enumerate(runs["ranks"]):
-        message = result[name]["writers"]["taken"]
-        assert "model.pt exists and was not written by the earlier write" in message, f"rank {rank}: {message}"
-        assert "\n" not in message
-    assert runs["ranks"][0][name]["writers"]["taken"].startswith("WriteRefused")
+    """Every rank raises WriteRefused with rank 0's message (the others prefix "on rank 0:"):
+    ``except WriteRefused`` must work on every rank, not on rank 0 alone."""
+    for key in ("taken", "taken_sharded") if name in SHARDED_WRITERS else ("taken",):
+        first, second = (result[name]["writers"][key] for result in runs["ranks"])
+        assert first.startswith("WriteRefused: ") and "\n" not in first, first
+        says = ("manifest.json exists and is not the manifest of an earlier" if key == "taken_sharded"
+                else "model.pt exists and was not written by the earlier write")
+        assert says in first, first
+        assert second == first.replace("WriteRefused: ", "WriteRefused: on rank 0: ", 1), (key, second)
     assert runs["ranks"][0][name]["writers"]["taken_tree"] == {"model.pt": b"the user's own model.pt"}
 
 

@@ -102,14 +102,16 @@ def _train_json(*argv: str) -> dict[str, Any]:
 
 @pytest.mark.timeout(240)
 def test_the_train_report_counts_zero_1_on_torch_zero() -> None:
-    """DDP's all-reduce (2Ψ) plus ZeroRedundancyOptimizer's broadcasts (Ψ), one per rank's bucket."""
+    """The gradients reduce-scattered to their owners (Ψ, the DDP hook) plus
+    ZeroRedundancyOptimizer's broadcasts (Ψ), one per rank's bucket: ZeRO-1's 2Ψ."""
     data = _train_json("--sharded_ddp", "zero_dp_1", "--backend", "torch-zero")
     psi = data["model"]["parameters"] * F32
     for rank in data["runs"][0]["ranks"]:
         comm = rank["comm"]
-        assert comm["bytes"]["all-reduce"] == 2 * psi and comm["bytes"]["broadcast"] == psi
+        assert comm["bytes"]["reduce-scatter"] == psi and comm["bytes"]["broadcast"] == psi
+        assert comm["bytes"]["all-reduce"] == 0
         assert comm["calls"]["broadcast"] == 2  # bucketed: one per owner, not one per parameter
-        assert comm["zero_model_ratio"] == 1.5
+        assert comm["zero_model_ratio"] == 1.0
     from shardcompat.train.report import render_table
 
-    assert "(1.50x)" in render_table(data)
+    assert "(1.00x)" in render_table(data)

@@ -259,12 +259,12 @@ def test_without_transformers_a_config_is_refused_with_the_way_out(tmp_path: Pat
 
 
 @pytest.mark.parametrize(("options", "backend", "stage", "model_psi"), [
-    ("", "torch-zero", 0, 2.0), ("zero_dp_1", "torch-zero", 1, 3.0), ("simple", "fairscale-sdp", 2, 2.0),
+    ("", "torch-zero", 0, 2.0), ("zero_dp_1", "torch-zero", 1, 2.0), ("simple", "fairscale-sdp", 2, 2.0),
     ("zero_dp_2", "torch-fsdp2", 2, 2.0), ("zero_dp_3", "torch-fsdp2", 3, 3.0), ("zero_dp_3", "torch-fsdp1", 3, 2.0),
 ])
 def test_the_volume_of_each_backend_in_psi(options: str, backend: str, stage: int, model_psi: float) -> None:
-    """torch-zero's ZeRO-1 is DDP's all-reduce plus the broadcast (3Ψ); fairscale's reduces to owners
-    (2Ψ); unwrapped FSDP1 keeps its root, the whole model, so backward gathers nothing (2Ψ)."""
+    """torch-zero's ZeRO-1 reduce-scatters to the owners plus the broadcast (2Ψ); fairscale's reduces
+    to owners (2Ψ); unwrapped FSDP1 keeps its root, the whole model, so backward gathers nothing (2Ψ)."""
     from shardcompat.planner import volume
 
     moved = volume(parse_options(options), backend, stage, Layout.count(10**6), 8, precision="fp32")
@@ -274,11 +274,12 @@ def test_the_volume_of_each_backend_in_psi(options: str, backend: str, stage: in
 def test_explain_states_each_backends_volume() -> None:
     data = explain_json("zero_dp_1", "--params", "1B", "--nproc", "4", "--precision", "fp32")
     comm = data["estimate"]["comm"]
-    assert (comm["all-reduce"], comm["broadcast"], comm["zero_model_ratio"]) == (8 * 10**9, 4 * 10**9, 1.5)
+    assert (comm["reduce-scatter"], comm["broadcast"], comm["zero_model_ratio"]) == (4 * 10**9, 4 * 10**9, 1.0)
+    assert comm["all-reduce"] == 0
     wrapped = explain_json("zero_dp_3", "--params", "1B", "--nproc", "4", "--precision", "fp32")
     assert wrapped["estimate"]["comm"]["zero_model_ratio"] == 1.0
     code, out, _ = explain("zero_dp_1", "--params", "1B", "--nproc", "4")
-    assert code == 0 and "comm/step" in out and "(1.50x)" in out
+    assert code == 0 and "comm/step" in out and "(1.00x)" in out
 
 
 def test_hybrid_shards_over_one_node_and_all_reduces_its_shard_across_nodes() -> None:

@@ -113,6 +113,9 @@ def test_compare_ddp_json_is_all_of_stdout_and_zero_dp_1_halves_optimizer_state(
     assert_same_losses(run, reference)
     for row in run["ranks"]:
         assert row["peak_rss"] > row["total"] > 0 and row["median_step_s"] > 0
+    # started here, each run had a new group of ranks; the table's legend says so too
+    assert report["peak_rss_measured"].endswith("of a fresh process per run and rank")
+    assert f"peak RSS = {report['peak_rss_measured']}" in render_table(report)
 
 
 @pytest.mark.slow
@@ -163,7 +166,7 @@ def test_the_table_shows_every_rank_of_both_runs(ddp: dict[str, Any]) -> None:
     assert "largest loss difference vs plain DDP: 0" in lines[-2]
 
 
-def _processes_with(marker: str) -> list[int]:
+def processes_with(marker: str) -> list[int]:
     found = []
     for proc in Path("/proc").iterdir():
         with contextlib.suppress(OSError):
@@ -203,7 +206,7 @@ def test_a_failing_rank_fails_the_command_with_its_error_and_leaves_no_process(t
     assert "rank 1 failed" in result.stderr and "injected fault on rank 1" in result.stderr
     assert "Traceback" in result.stderr, "a crash inside training keeps its traceback"
     assert result.stdout == ""
-    assert _processes_with(marker) == []
+    assert processes_with(marker) == []
 
 
 @pytest.mark.parametrize(

@@ -4,9 +4,10 @@ for inline code; prose is never edited."""
 from __future__ import annotations
 
 import re
+import textwrap
 
 from ..rules.sharded_ddp.flags import FLAG, FSDP_FLAG, Rewrite
-from ..run.context import Settings
+from ..run.context import Settings, legacy_names_in
 from .python import PythonHook
 from .shell import commands
 from .spans import SpanEdit, block_end, gaps
@@ -26,11 +27,24 @@ def _code_block(text: str, start: int, end: int, lang: str, settings: Settings,
     if lang in _SHELL_LANGS:
         return commands(text, start, end, settings)
     if lang in _PYTHON_LANGS and python is not None:
-        found = python(text[start:end], first_line)
-        found.edits = [SpanEdit(start + e.start, start + e.end, e.new, e.rule, e.note, e.records)
+        block = text[start:end]
+        code = textwrap.dedent(block)  # an reST block is indented under its directive
+        indent = "" if code == block else _indent_of(block)
+        found = python(code, first_line)
+        found.edits = [SpanEdit(start + e.start, start + e.end if e.end < len(code) else end,
+                                textwrap.indent(e.new, indent) if indent else e.new, e.rule, e.note, e.records)
                        for e in found.edits]
         return found
     return Rewrite()
+
+
+def _indent_of(block: str) -> str:
+    """The indentation every non-blank line of ``block`` shares."""
+    lines = [line for line in block.splitlines() if line.strip()]
+    first = lines[0][:len(lines[0]) - len(lines[0].lstrip())] if lines else ""
+    while first and not all(line.startswith(first) for line in lines):
+        first = first[:-1]
+    return first
 
 
 # --------------------------------------------------------------------------- inline code
@@ -217,7 +231,7 @@ def rewrite_markdown(text: str, settings: Settings, python: PythonHook | None = 
         close = re.compile(rf"^[ \t]*{re.escape(fence[0])}{{{len(fence)},}}[ \t]*$", re.M).search(text, match.end())
         end = close.start() if close else len(text)
         prose.append((pos, match.start()))
-        if KEY in text[match.end():end]:
+        if KEY in text[match.end():end] or legacy_names_in(text[match.end():end], settings):
             result.extend(_code_block(text, match.end(), end, match.group(3), settings, python,
                                       _line_no(text, match.end())))
         pos = close.end() if close else len(text)
@@ -246,7 +260,7 @@ def rewrite_rst(text: str, settings: Settings, python: PythonHook | None = None)
         blocks.append((match.end(), end, ""))
     blocks.sort()
     for a, b, lang in blocks:
-        if KEY in text[a:b]:
+        if KEY in text[a:b] or legacy_names_in(text[a:b], settings):
             result.extend(_code_block(text, a, b, lang, settings, python, _line_no(text, a)))
     for a, b in gaps(text, [(a, b) for a, b, _ in blocks]):
         result.extend(_inline_code(text, a, b, (_RST_INLINE, _RST_ROLE), settings))

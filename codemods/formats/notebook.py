@@ -14,12 +14,13 @@ import json
 import re
 from collections.abc import Callable
 
-from ..rules.sharded_ddp.flags import Issue, Rewrite, rewrite_commands
-from ..run.context import Settings
+from ..rules.sharded_ddp.flags import Issue, Rewrite
+from ..run.context import Settings, legacy_names_in, needles
 from ..run.report import Edit
 from . import jsonspan
 from .kinds import detect_kind
 from .python import NOT_PARSED, PythonHook
+from .shell import commands
 from .spans import SpanEdit, apply_spans
 
 __all__ = ["rewrite_notebook"]
@@ -38,8 +39,7 @@ _UNKNOWN_HINT = "edit it by hand if it passes --sharded_ddp on"
 
 
 def _shell(code: str, settings: Settings, start: int, first_line: int) -> tuple[str, list[Edit], Rewrite]:
-    found = rewrite_commands(code, start, len(code), to=settings.to, local_scripts=settings.local_scripts,
-                             form=settings.fsdp_form)
+    found = commands(code, start, len(code), settings)
     records = [Edit(first_line + code.count("\n", 0, e.start), e.rule, code[e.start:e.end], e.new, e.note)
                for e in found.edits]
     found.issues = [Issue(i.offset, i.rule, i.message, i.hint, first_line + code.count("\n", 0, i.offset))
@@ -82,7 +82,8 @@ def _python_cell(code: str, settings: Settings, python: PythonHook, first_line: 
         masked.append(f"{indent}pass{mark}")
     source = "".join(masked)
     try:  # cells without a usage are not parsed: cheap, and no warning about IPython syntax there
-        found_py = python(source, first_line) if "sharded_ddp" in code or "fairscale" in code else Rewrite()
+        found_py = python(source, first_line) if (
+            "sharded_ddp" in code or "fairscale" in code or legacy_names_in(code, settings)) else Rewrite()
     except Exception as error:  # not Python after all: leave the cell, say so
         result.issues.append(Issue(0, "cell-not-parsed", f"code cell not parsed as Python "
                                    f"({error.__class__.__name__}); left as is", line=first_line))
@@ -152,7 +153,7 @@ def rewrite_notebook(text: str, settings: Settings, python: PythonHook) -> Rewri
             continue
         node, items = found
         code = "".join(i.value for i in items)
-        if "sharded_ddp" not in code and not (settings.fairscale_imports and "fairscale" in code):
+        if not any(n.decode() in code for n in needles(settings)):
             continue
         first_line = text.count("\n", 0, items[0].start) + 1 if items else 1
         new, records, found_rewrite = _rewrite_cell(code, settings, python, first_line)

@@ -95,6 +95,11 @@ def migrate_source(source: bytes | str, settings: Settings) -> PythonResult:
         tree = ast.parse(text)
     except (SyntaxError, ValueError):  # newer syntax than this Python's, or not Python at all
         return migrate_module(source, settings)
+    if settings.transformers_legacy:
+        from ..rules.transformers_legacy.python import needs_module
+
+        if needs_module(text):  # that rule needs every use of an imported name: the whole module
+            return migrate_module(source, settings)
     from .pyscan import scan
 
     units, facts, _ = scan(text, tree, legacy=settings.legacy, fairscale=settings.fairscale_imports)

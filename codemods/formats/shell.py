@@ -18,9 +18,17 @@ __all__ = ["commands", "rewrite_dockerfile", "rewrite_shell"]
 
 
 def commands(text: str, start: int, end: int, settings: Settings, prose_guard: bool = False) -> Rewrite:
-    """The flag rules over the command lines in ``text[start:end]``, with the run's settings."""
-    return rewrite_commands(text, start, end, to=settings.to, local_scripts=settings.local_scripts,
-                            prose_guard=prose_guard, form=settings.fsdp_form)
+    """The flag rules over the command lines in ``text[start:end]``, with the run's settings
+    (the ``--sharded_ddp`` table, and the Transformers-legacy one when asked for)."""
+    result = Rewrite()
+    if settings.legacy:
+        result = rewrite_commands(text, start, end, to=settings.to, local_scripts=settings.local_scripts,
+                                  prose_guard=prose_guard, form=settings.fsdp_form)
+    if settings.transformers_legacy:
+        from ..rules.transformers_legacy.flags import rewrite_flags
+
+        result.extend(rewrite_flags(text, start, end, prose_guard=prose_guard))
+    return result
 
 
 def rewrite_shell(text: str, settings: Settings) -> Rewrite:

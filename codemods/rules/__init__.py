@@ -5,7 +5,9 @@ the one table of flag rules every format asks (values, argv lists, command lines
 rules for Python (:mod:`~.sharded_ddp.python`) and the same rules as libcst codemod commands
 (:mod:`~.sharded_ddp.commands`); :mod:`.fairscale` holds fairscale imports to the
 ``shardcompat.fairscale`` facade, laid out the same way (:mod:`~.fairscale.python`,
-:mod:`~.fairscale.commands`); :mod:`.base` is the plumbing every Python rule shares
+:mod:`~.fairscale.commands`); :mod:`.transformers_legacy` holds the Transformers 4.x names of
+:mod:`shardcompat.transformers.legacy_table` (imported, never copied) to today's spelling, with
+its command-line rule in :mod:`~.transformers_legacy.flags`; :mod:`.base` is the plumbing every Python rule shares
 (:class:`~.base.Records`, :class:`~.base.Rule`, :func:`~.base.run`) and :mod:`.command` the
 codemod command every table's commands derive from.  A new table (Transformers' legacy argument
 names, say) is a new subpackage with the same three parts, switched on in
@@ -36,4 +38,8 @@ def python_rules(settings: Settings) -> list[type[Rule]]:
         from .fairscale.python import FairscaleImports
 
         rules.append(FairscaleImports)
+    if settings.transformers_legacy:
+        from .transformers_legacy.python import TransformersLegacy
+
+        rules.append(TransformersLegacy)
     return rules

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["FsdpForm", "Settings", "Target", "fsdp_form_for", "needles"]
+__all__ = ["FsdpForm", "Settings", "Target", "fsdp_form_for", "legacy_names_in", "needles"]
 
 #: The target syntax: the list syntax or Transformers' FSDP arguments.
 Target = Literal["list", "fsdp"]
@@ -19,19 +19,36 @@ class Settings:
     """``to``: the target syntax (``fsdp_form``: which FSDP form); ``local_scripts``: script
     names that define their own boolean ``--sharded_ddp`` (commands running them are held for
     review); ``fairscale_imports``: also rewrite fairscale imports; ``legacy``: apply the
-    ``--sharded_ddp`` rules."""
+    ``--sharded_ddp`` rules; ``transformers_legacy``: also rewrite the Transformers 4.x names of
+    :mod:`shardcompat.transformers.legacy_table` to today's spelling."""
 
     to: Target = "list"
     fsdp_form: FsdpForm = "config"
     local_scripts: frozenset[str] = frozenset()
     fairscale_imports: bool = False
     legacy: bool = True
+    transformers_legacy: bool = False
 
 
 def needles(settings: Settings) -> tuple[bytes, ...]:
     """The byte strings a file must contain to be looked at (the prefilter)."""
     found = [b"sharded_ddp"] if settings.legacy else []
-    return (*found, b"fairscale") if settings.fairscale_imports else tuple(found)
+    if settings.fairscale_imports:
+        found.append(b"fairscale")
+    if settings.transformers_legacy:
+        from ..rules.transformers_legacy.plans import NAMES
+
+        found += [name.encode() for name in NAMES]
+    return tuple(found)
+
+
+def legacy_names_in(text: str, settings: Settings) -> bool:
+    """Whether ``text`` (a code block, a notebook cell) holds a Transformers-legacy name the run asks for."""
+    if not settings.transformers_legacy:
+        return False
+    from ..rules.transformers_legacy.plans import NAMES
+
+    return any(name in text for name in NAMES)
 
 
 def fsdp_form_for(transformers: str | None) -> FsdpForm:

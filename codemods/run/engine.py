@@ -125,7 +125,8 @@ def process_file(job: Job) -> FileReport:
     """Everything for one file; never raises for a bad file (the error is in the report).
 
     A file held for review (``job.scope != "edit"``) keeps its ``--sharded_ddp`` edits as
-    review findings; its fairscale imports, which are their own evidence, are still rewritten.
+    review findings; its fairscale imports and Transformers-legacy names, which are their own
+    evidence, are still rewritten.
     """
     report = FileReport(job.display, job.kind, scope=job.scope)
     try:
@@ -140,10 +141,10 @@ def process_file(job: Job) -> FileReport:
         new = _rewrite(job, data, job.settings, report)
     else:
         new = None
-        if job.settings.fairscale_imports:
+        if job.settings.fairscale_imports or job.settings.transformers_legacy:
             new = _rewrite(job, data, replace(job.settings, legacy=False), report)
         held = FileReport(job.display, job.kind)
-        _rewrite(job, data, replace(job.settings, fairscale_imports=False), held)
+        _rewrite(job, data, replace(job.settings, fairscale_imports=False, transformers_legacy=False), held)
         report.review += held.edits
         report.warnings += held.warnings
         report.error = report.error or held.error

@@ -4,10 +4,17 @@ Serves plain DDP (options off), ``zero_dp_1`` and ``simple``.  ``simple`` (fairs
 ShardedDDP+OSS also shards gradients) is served as ZeRO-1: the trained numbers are the
 same, only the gradient memory is not sharded, and the plan says so.
 
+ZeRO-1 moves the ZeRO model's 2Ψ a step: a DDP communication hook reduce-scatters each
+gradient bucket to the parameters' owners in ZeRO's partition (Ψ; :mod:`._zero_hook`) instead
+of DDP's all-reduce (2Ψ), and ZeRO broadcasts each owner's updated parameters from one flat
+bucket per rank (Ψ).  Only owners then hold their reduced gradients (the others' are zero), so
+clipping all-reduces the norm and fp16's scaler agrees on infs across the ranks
+(``ShardedGradScaler``).  Where the hook cannot run (gloo with CUDA tensors), DDP all-reduces
+as before (3Ψ) and the plan says why.
+
 Mixed precision: DDP has no public mixed-precision argument, so ``bf16``/``fp16`` run the
-wrapper's forward under ``torch.autocast`` (parameters, gradients and the all-reduce stay
-fp32); ``fp16`` adds ``torch.amp.GradScaler``.  DDP all-reduces full gradients on every
-rank, so clipping and the fp16 inf check are plain and already global.
+wrapper's forward under ``torch.autocast`` (parameters, gradients and the reductions stay
+fp32); ``fp16`` adds a grad scaler.
 """
 
 from __future__ import annotations
@@ -28,8 +35,10 @@ from ._torch_common import (
     compute_dtype,
     device_type,
     move_to_device,
+    sharded_grad_scaler,
     torch_probe,
 )
+from ._zero_hook import Owners, clip_sharded_grad_norm_, hook_unavailable, reduce_scatter_to_owners
 
 __all__ = ["BACKEND", "TorchZeroBackend", "ZeroPrepared"]
 
@@ -38,6 +47,14 @@ class ZeroPrepared(TorchPrepared):
     """DDP + ZeroRedundancyOptimizer: the optimizer state is gathered with ZeRO's own API
     (DCP does not know ZeRO) and keyed by parameter name instead of ZeRO's global index
     (which numbers the parameters group after group)."""
+
+    def _clip_grad_norm(self, max_norm: float, norm_type: float) -> torch.Tensor:
+        """With the owner hook each rank holds only its own reduced gradients: the norm is
+        all-reduced; without it every rank holds them all (a plain clip)."""
+        if not self.plan.settings.get("hook"):
+            return super()._clip_grad_norm(max_norm, norm_type)
+        return clip_sharded_grad_norm_(list(self.model.parameters()), max_norm, norm_type,
+                                       self.placement.process_group)
 
     def _index_names(self) -> list[str]:
         return [name for group in self.optimizer_group_names() for name in group]
@@ -93,8 +110,8 @@ class TorchZeroBackend:
         notes: list[str] = []
         if dtype is not None:
             calls.insert(0, f"forward under torch.autocast({device_type(placement)!r}, dtype={dtype})")
-        if options.mixed_precision is Precision.FP16:
-            calls.append(f"torch.amp.GradScaler({device_type(placement)!r})")
+        unavailable = hook_unavailable(_pg_backend(placement), placement.cuda) if zero else ""
+        hook = zero and not unavailable
         if zero:
             calls.append(
                 f"ZeroRedundancyOptimizer({GROUPS_TEXT}, optimizer_class=<their class>, "
@@ -102,13 +119,24 @@ class TorchZeroBackend:
             )
         else:
             calls.append("optimizer(ddp.parameters())")
+        if hook:
+            calls.append("ddp.register_comm_hook(Owners(<the ZeroRedundancyOptimizer>), "
+                         "reduce_scatter_to_owners)")
+        if options.mixed_precision is Precision.FP16:
+            scaler = "ShardedGradScaler" if hook else "torch.amp.GradScaler"
+            calls.append(f"{scaler}({device_type(placement)!r})")
+        if unavailable:
+            notes.append(f"gradients are all-reduced in full, not reduce-scattered to their owners "
+                         f"({unavailable}): 3Ψ a step instead of ZeRO-1's 2Ψ")
         if options.stage is Stage.SIMPLE:
             notes.append(
-                "simple is served as ZeRO-1 (optimizer state sharded; gradients are all-reduced "
-                "in full, not sharded): same training, more gradient memory than fairscale's OSS"
+                "simple is served as ZeRO-1 (optimizer state sharded; gradients are reduced to their "
+                "owners but kept full-size on every rank): same training, more gradient memory than "
+                "fairscale's OSS"
             )
         settings = {
             "zero": zero,
+            "hook": hook,
             "bucket_cap_mb": options.bucket_cap_mb,
             "autocast": dtype,
             "scaler": options.mixed_precision is Precision.FP16,
@@ -140,13 +168,26 @@ class TorchZeroBackend:
                 built.groups, optimizer_class=built.cls, parameters_as_bucket_view=True,
                 process_group=placement.process_group, **built.defaults,
             )
+            if settings["hook"]:
+                ddp.register_comm_hook(Owners(optim, placement.process_group), reduce_scatter_to_owners)
         else:
             optim = optimizer(ddp.parameters())
-        scaler = torch.amp.GradScaler(device_type(placement)) if settings["scaler"] else None
+        if settings["hook"]:  # each rank checks its own gradients for infs: the flag is all-reduced
+            scaler = sharded_grad_scaler(settings["scaler"], placement)
+        else:
+            scaler = torch.amp.GradScaler(device_type(placement)) if settings["scaler"] else None
         prepared_cls = ZeroPrepared if settings["zero"] else TorchPrepared
         return prepared_cls(
             model=ddp, module=model, optimizer=optim, plan=plan, placement=placement, scaler=scaler
         )
+
+
+def _pg_backend(placement: Placement) -> str:
+    """The process group's backend; before one exists (``explain``), what ``spawn`` and
+    torchrun would start on this device."""
+    if dist.is_available() and dist.is_initialized():
+        return str(dist.get_backend(placement.process_group))
+    return "nccl" if placement.cuda else "gloo"
 
 
 BACKEND = TorchZeroBackend()

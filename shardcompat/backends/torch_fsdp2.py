@@ -4,7 +4,9 @@ The import path is probed (``torch.distributed.fsdp`` from torch 2.6, before tha
 ``torch.distributed._composable.fsdp``).  ``zero_dp_3``/``zero_dp_2`` are
 ``reshard_after_forward=True/False``; ``offload`` is ``CPUOffloadPolicy`` (which, unlike
 FSDP1's, runs on CPU); ``auto_wrap`` applies ``fully_shard`` to each chosen submodule and
-then the root; hybrid passes a 2-D ``(replicate, shard)`` mesh.
+then the root, which stays gathered after forward only if the rule chose any (the plan names
+both cases until ``wrap`` knows the model, then the one it took); hybrid passes a 2-D
+``(replicate, shard)`` mesh.
 
 Refused here so that ``resolve`` falls back to torch-fsdp1: ``no_shard`` (FSDP2 has no
 such mode), ``limit_all_gathers=`` (FSDP2 bounds memory by design and has no knob) and
@@ -16,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -158,14 +161,8 @@ class TorchFSDP2Backend:
         if options.forward_prefetch and not self.probe().features.get("forward_prefetch"):
             raise self._refuse(options, "this FSDP2 has no set_modules_to_forward_prefetch")
         shape = mesh_shape(self.name, options, placement)
-        call = call_text("fully_shard", "module", **{k: t for k, (t, _) in _fully_shard_args(options, placement, shape).items()})
-        notes: list[str] = []
-        if options.auto_wrap:
-            root = call.replace("reshard_after_forward=True", "reshard_after_forward=False")
-            call = f"for each submodule by {describe_rule(options)}: {call}; then the root: {root}"
-            if root != call:
-                notes.append("the root unit keeps its parameters from forward to backward, as torch's default "
-                             "does: backward needs them at once, so resharding would cost an all-gather per step")
+        call, root_notes = _calls_text(options, placement, shape, describe_rule(options), None)
+        notes = list(root_notes)
         if options.forward_prefetch:
             call += "; unit[i].set_modules_to_forward_prefetch([unit[i + 1]])"
         if options.mixed_precision is Precision.FP16:
@@ -184,13 +181,16 @@ class TorchFSDP2Backend:
         options, settings = plan.options, plan.settings
         kwargs = {k: make() for k, (_, make) in _fully_shard_args(options, placement, settings["mesh"]).items()}
         model = move_to_device(model, placement)
-        units = modules_to_wrap(model, wrap_rule(model, options)) if options.auto_wrap else []
+        rule = wrap_rule(model, options) if options.auto_wrap else None
+        units = modules_to_wrap(model, rule) if rule is not None else []
         for unit in units:
             api.fully_shard(unit, **kwargs)
-        # torch's default for the root (reshard_after_forward=None): keep it gathered after
-        # forward, since backward all-gathers it again at once.  Without units the root is the
-        # whole model, and zero_dp_3 must reshard it.
-        api.fully_shard(model, **({**kwargs, "reshard_after_forward": False} if units else kwargs))
+        api.fully_shard(model, **{**kwargs, "reshard_after_forward": _root_reshards(options, len(units))})
+        if rule is not None:  # the model is known now: the plan says what was done, not what may be
+            guessed, guessed_notes = _calls_text(options, placement, settings["mesh"], describe_rule(options), None)
+            done, notes = _calls_text(options, placement, settings["mesh"], rule.describe(), len(units))
+            kept = tuple(n for n in plan.notes if n not in guessed_notes)
+            plan = replace(plan, call=plan.call.replace(guessed, done, 1), notes=notes + kept)
         if options.forward_prefetch:
             for unit, after in zip(units, units[1:]):
                 unit.set_modules_to_forward_prefetch([after])  # type: ignore[operator]
@@ -204,6 +204,43 @@ class TorchFSDP2Backend:
 
 
 _Arg = tuple[str, Callable[[], Any]]  # (text in the plan, builds the value)
+
+_ROOT_NOTES = ("the root unit keeps its parameters from forward to backward, as torch's default does: "
+               "backward needs them at once, so resharding would cost an all-gather per step",)
+
+
+def _root_reshards(options: ShardingOptions, units: int) -> bool:
+    """``reshard_after_forward`` of the root's ``fully_shard``: torch's default for a root
+    (keep it gathered after forward, since backward all-gathers it again at once) when
+    submodules are units of their own; without units the root is the whole model, and
+    zero_dp_3 must reshard it."""
+    return options.stage is Stage.ZERO_DP_3 and units == 0
+
+
+def _calls_text(options: ShardingOptions, placement: Placement, shape: tuple[int, ...], rule: str,
+                units: int | None) -> tuple[str, tuple[str, ...]]:
+    """The ``fully_shard`` calls ``wrap`` makes, as plan text, and their notes.
+
+    ``units`` is how many submodules the ``auto_wrap`` rule chose; ``None`` before the model
+    is known (``explain``), where the root's call depends on it and both are shown.
+    """
+    texts = {k: t for k, (t, _) in _fully_shard_args(options, placement, shape).items()}
+
+    def root(units: int) -> str:
+        return call_text("fully_shard", "module", **{**texts, "reshard_after_forward": repr(_root_reshards(options, units))})
+
+    call = call_text("fully_shard", "module", **texts)
+    if not options.auto_wrap:
+        return call, ()
+    if units == 0:
+        return f"no submodule matches {rule}, so the root only: {root(0)}", ()
+    notes = _ROOT_NOTES if root(1) != root(0) else ()
+    if units is None:
+        whole = "" if root(1) == root(0) else (
+            f", or with reshard_after_forward={_root_reshards(options, 0)!r} if the rule wraps no submodule "
+            "(the root is then the whole model)")
+        return f"for each submodule by {rule}: {call}; then the root: {root(1)}{whole}", notes
+    return f"for each of the {units} submodule(s) by {rule}: {call}; then the root: {root(units)}", notes
 
 
 def _fully_shard_args(options: ShardingOptions, placement: Placement, shape: tuple[int, ...]) -> dict[str, _Arg]:

@@ -93,10 +93,12 @@ def _global_rank0(group: Any) -> int:
 
 
 def rank0_decides(fn: Callable[[], T], group: Any = None) -> T | None:
-    """Run ``fn`` on rank 0; if it raises, every rank raises :class:`CheckpointError` with its text.
+    """Run ``fn`` on rank 0; if it raises, every rank raises the same :class:`CheckpointError`
+    class with its text (the other ranks prefix ``on rank 0:``).
 
     The other ranks get ``None``.  This is how one rank's validation (or write) failure
-    reaches everyone instead of leaving them waiting at the next collective.
+    reaches everyone instead of leaving them waiting at the next collective; the class
+    travels too, so ``except WriteRefused`` catches a refused save on every rank.
     """
     result: T | None = None
     failure: BaseException | None = None
@@ -104,17 +106,22 @@ def rank0_decides(fn: Callable[[], T], group: Any = None) -> T | None:
         try:
             result = fn()
         except Exception as error:
-            failure = error
+            failure = error if isinstance(error, CheckpointError) else _as_checkpoint_error(error)
     if _distributed(group):
-        box: list[Any] = [None if failure is None else _describe(failure)]
+        box: list[Any] = [None if failure is None else (type(failure), str(failure))]
         dist.broadcast_object_list(box, src=_global_rank0(group), group=group)
         if box[0] is not None and failure is None:
-            raise CheckpointError(f"on rank 0: {box[0]}")
+            kind, text = box[0]
+            raise kind(f"on rank 0: {text}")
     if failure is not None:
-        if isinstance(failure, CheckpointError):
-            raise failure
-        raise CheckpointError(_describe(failure)) from failure
+        raise failure
     return result
+
+
+def _as_checkpoint_error(error: Exception) -> CheckpointError:
+    wrapped = CheckpointError(_describe(error))
+    wrapped.__cause__ = error
+    return wrapped
 
 
 def _describe(error: BaseException) -> str:

@@ -9,9 +9,10 @@ sharded run and plain DDP see the same numbers and their losses can be compared.
 The report counts state from the unique storages each rank holds (see
 :mod:`shardcompat.memory`), at the point of the last step where it is largest (after
 forward, after backward or after the optimizer step: zero_dp_2 holds full parameters after
-forward, every stage holds gradients after backward).  Peak RSS is the process's resident
-high-water mark (Linux VmHWM, reset at the start of each run; ru_maxrss elsewhere): it
-includes the Python interpreter and torch itself, unlike the state bytes.  The last step's
+forward, every stage holds gradients after backward).  Peak RSS is the resident high-water
+mark (Linux VmHWM; ru_maxrss elsewhere) of a process that trained that run alone: every run
+gets processes of its own, under torchrun too (see :func:`_launch`).  It includes the Python
+interpreter and torch itself, unlike the state bytes.  The last step's
 collectives are counted at torch's dispatcher (:mod:`shardcompat.comm`: every ``c10d`` call,
 DDP's C++ reducer included) and held against the ZeRO model's volume.
 
@@ -125,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
         reference = runs[1] if len(runs) > 1 else None
         report = build_report(_setup(configs, nproc), runs[:1], reference)
         report["resumed_from_step"] = runs[0].resumed_from_step
+        report["peak_rss_measured"] = _peak_rss_scope(len(runs))
         print(json.dumps(report, indent=2) if args.json else render_table(report))
     return 0
 
@@ -249,19 +251,45 @@ def placement(options: str, world_size: int) -> dict[str, Any]:
 def _launch(configs: list[RunConfig], nproc: int, timeout: float, collective_timeout: float) -> list[RunResult]:
     """Every run, merged across ranks.
 
-    Started locally, each run gets its own fresh process group, so each rank's peak memory
-    is its own; under torchrun this process is one rank of one job, which runs them all.
+    Each run gets processes of its own, so each rank's peak RSS is that run's alone:
+    started here, a new group of ranks per run; under torchrun with several runs, each rank
+    starts a child per run, and the children of all ranks form that run's group
+    (:func:`~shardcompat.launch.spawn` with ``fresh``).  A single run under torchrun trains
+    in the rank itself: nothing ran before it there, and torchrun sees its worker die as is.
     """
-    from ..launch import launched, spawn
+    from ..launch import spawn
 
     backend = "nccl" if configs[0].device == "cuda" else "gloo"
-    jobs = [configs] if launched() else [[config] for config in configs]
     runs = []
-    for job in jobs:
+    for job in _jobs(configs):
         per_rank = spawn(_train_ranks, nproc, (job,), backend=backend, timeout=timeout,
-                         collective_timeout=collective_timeout)
+                         collective_timeout=collective_timeout, fresh=len(configs) > 1)
         runs += [_merge([outcomes[i] for outcomes in per_rank]) for i in range(len(job))]
     return runs
+
+
+def _jobs(configs: list[RunConfig]) -> list[list[RunConfig]]:
+    """The runs grouped by the processes that train them: one group per run where it can be
+    (:func:`~shardcompat.launch.fresh_processes`), else all in this rank, one after another."""
+    from ..launch import fresh_processes
+
+    return [[config] for config in configs] if fresh_processes() else [configs]
+
+
+def _peak_rss_scope(runs: int) -> str:
+    """How the report's peak RSS was measured, in words (the table's legend and ``--json``)."""
+    from ..launch import fresh_processes, launched
+    from ..memory import peak_rss_method
+
+    counter = peak_rss_method()
+    if not launched():
+        return f"{counter} of a fresh process per run and rank"
+    if runs == 1:
+        return f"{counter} of the torchrun worker itself, which also did this rank's setup"
+    if fresh_processes():
+        return f"{counter} of a fresh child process of each torchrun worker per run"
+    return (f"{counter} of the torchrun worker, which trained all {runs} runs in turn: a later run's peak "
+            "includes what the earlier ones left resident")
 
 
 def _merge(per_rank: list[RunResult]) -> RunResult:

@@ -143,6 +143,8 @@ def render_table(report: dict[str, Any]) -> str:
               "against the ZeRO model, 2Ψ or 3Ψ for zero_dp_3")
     if reference is not None:
         legend += "; (Nx) = total against the same rank of plain DDP"
+    if "peak_rss_measured" in report:
+        legend += f"; peak RSS = {report['peak_rss_measured']}"
     lines.append(f"({legend})")
     if any(r["state_phase"] == "after forward" for run in runs for r in run["ranks"]):
         lines.append(

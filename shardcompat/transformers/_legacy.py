@@ -42,10 +42,8 @@ __all__ = [
     "uninstall",
 ]
 
-# The permanent fix the warnings name.  (A `shardcompat-migrate --transformers-legacy` rule over
-# the same table is planned; until it exists the warning names the edit itself, never a flag
-# that would fail.)
-MIGRATE_HINT = "write the new spelling in the script to stop depending on shardcompat run for it"
+# The permanent fix the warnings name: the migrate rule over the same table.
+MIGRATE_HINT = "shardcompat-migrate --transformers-legacy PATH writes the new spelling for good"
 _warned: set[tuple[Kind, str]] = set()
 
 

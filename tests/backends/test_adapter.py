@@ -136,7 +136,8 @@ def test_hybrid_needs_whole_nodes() -> None:
         ("zero_dp_1 bucket_cap_mb=1", "torch-zero",
          "DistributedDataParallel(module, bucket_cap_mb=1.0); ZeroRedundancyOptimizer(<the factory's "
          "parameter groups>, optimizer_class=<their class>, parameters_as_bucket_view=True, "
-         "**<its defaults>)"),
+         "**<its defaults>); ddp.register_comm_hook(Owners(<the ZeroRedundancyOptimizer>), "
+         "reduce_scatter_to_owners)"),
     ],
 )
 def test_plan_shows_the_exact_call(options: str, backend: str, call: str) -> None:

@@ -80,9 +80,10 @@ def _sharded(rank: int, backend: str) -> dict[str, Any]:
     for step in range(STEPS):
         x, y = make_batch("blocks", rank, step)
         loss = loss_fn("blocks", prepared(x), y)
-        in_loss = backend == "torch-zero" and step == INF_STEP and rank == 0
-        prepared.backward(loss * (float("inf") if in_loss else 1.0))
-        if backend != "torch-zero" and step == INF_STEP and rank == 0:
+        prepared.backward(loss)
+        # torch-zero too: its gradients are reduce-scattered to their owners, so each rank
+        # sees only its own; the skip must still happen on every rank.
+        if step == INF_STEP and rank == 0:
             grad = next(p.grad for p in prepared.model.parameters() if p.grad is not None)
             local = grad.to_local() if hasattr(grad, "to_local") else grad
             local.view(-1)[0] = float("inf")  # an fp16 overflow in this rank's shard only

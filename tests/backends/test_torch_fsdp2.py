@@ -157,3 +157,42 @@ def test_no_sync_really_skips_the_reduce_scatter() -> None:
 
     for inside, after, total in spawn(_grads_inside_and_after_no_sync, 2, timeout=100):
         assert (inside, after) == (0, total), (inside, after, total)
+
+
+def _root_calls(rank: int, world_size: int, options: str, model: str) -> dict:
+    """What the plan said before the model was known, what the prepared plan says, and what
+    torch recorded for the root's fully_shard: its reshard_after_forward (torch's own flag)."""
+    import torch
+
+    import shardcompat
+    from shardcompat.backends import Placement, get
+    from shardcompat.options import parse_options
+    from tests._parity import build_model
+
+    before = get(B).plan(parse_options(options), Placement(world_size=world_size, local_world_size=world_size))
+    prepared = shardcompat.prepare(build_model(model), lambda ps: torch.optim.SGD(ps, lr=0.1), options, backend=B)
+    group = prepared.model._get_fsdp_state()._fsdp_param_group  # the root's own parameters
+    return {"before": before.explain(), "after": prepared.plan.explain(),
+            "root_reshards": bool(group._reshard_after_forward)}
+
+
+@pytest.mark.timeout(120)
+def test_the_plan_says_how_the_root_reshards_whether_or_not_the_rule_wraps_anything() -> None:
+    """zero_dp_3 auto_wrap keeps the root gathered only when the rule wrapped submodules (the
+    blocks); when it wraps nothing (the MLP is under the size rule's default) the root is the
+    whole model and reshards.  Before the model is known the plan names both; the prepared
+    plan names the one call wrap() made, as torch recorded it."""
+    from shardcompat.launch import spawn
+
+    blocks, mlp = (spawn(_root_calls, 2, ("zero_dp_3 auto_wrap", m), timeout=100)[0] for m in ("blocks", "mlp"))
+    assert blocks["before"] == mlp["before"]
+    assert ("then the root: fully_shard(module, mesh=init_device_mesh('cpu', (2,)), reshard_after_forward=False), "
+            "or with reshard_after_forward=True if the rule wraps no submodule") in blocks["before"]
+    assert blocks["root_reshards"] is False and mlp["root_reshards"] is True
+    assert "for each of the 2 submodule(s) by {Block} (_no_split_modules): " in blocks["after"]
+    assert blocks["after"].split("then the root: ")[1].startswith(
+        "fully_shard(module, mesh=init_device_mesh('cpu', (2,)), reshard_after_forward=False)\n")
+    assert "the root unit keeps its parameters" in blocks["after"]
+    assert mlp["after"] == (  # and no note about keeping the root gathered
+        "torch-fsdp2: no submodule matches min_num_params=100000000 (default min_num_params), so the root "
+        "only: fully_shard(module, mesh=init_device_mesh('cpu', (2,)), reshard_after_forward=True)")

@@ -178,6 +178,9 @@ def test_startup_stays_light() -> None:
     ("fairscale.commands.FairscaleImportsCommand",
      "from fairscale.optim.oss import OSS\nopt = OSS\n",
      "from shardcompat.fairscale.optim.oss import OSS\nopt = OSS\n"),
+    ("transformers_legacy.commands.TransformersLegacyCommand",
+     "args = TrainingArguments('o', evaluation_strategy='steps')\ntrainer = Trainer(tokenizer=tok)\n",
+     "args = TrainingArguments('o', eval_strategy='steps')\ntrainer = Trainer(processing_class=tok)\n"),
 ])
 def test_libcst_runner(tmp_path: Path, command: str, before: str, after: str) -> None:
     """The commands docs/migration.md gives for libcst's own runner (``.libcst.codemod.yaml``)."""

@@ -1,0 +1,31 @@
+"""libcst codemod command for the Transformers-legacy table: the rule of
+:mod:`codemods.rules.transformers_legacy.python` for libcst's own runner::
+
+    python -m libcst.tool codemod transformers_legacy.commands.TransformersLegacyCommand --no-format src/
+
+``shardcompat-migrate --transformers-legacy`` runs the same rule without this module.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from libcst.codemod import CodemodContext
+
+from ...run.context import Settings
+from ..command import RuleCommand
+from .python import TransformersLegacy
+
+__all__ = ["TransformersLegacyCommand"]
+
+
+class TransformersLegacyCommand(RuleCommand):
+    """Transformers 4.x Trainer-script names to today's spelling."""
+
+    DESCRIPTION = "Rewrite the Transformers 4.x names of shardcompat's legacy table to today's spelling."
+    RULES = (TransformersLegacy,)
+    LEGACY = False
+
+    def __init__(self, context: CodemodContext, **kwargs: Any) -> None:
+        super().__init__(context, **kwargs)
+        self.settings = Settings(legacy=False, transformers_legacy=True)
