@@ -70,7 +70,7 @@ PORTS = {
         _own_field('    preprocessing_num_workers: Optional[int] = field(default=None, metadata={"help": "Processes for map()."})\n'),
     ],
 }
-COMMON = [
+RUN_FLAGS = [
     "--do_train", "--do_eval", "--max_steps", "4", "--gradient_accumulation_steps", "2", "--logging_steps", "1",
     "--learning_rate", "5e-3", "--report_to", "none", "--disable_tqdm", "true", "--seed", "0",
     "--overwrite_output_dir", "--eval_steps", "2", "--save_strategy", "no",
@@ -78,6 +78,7 @@ COMMON = [
 
 
 BATCH = ["--per_device_train_batch_size", "2", "--per_device_eval_batch_size", "4"]
+COMMON = [*RUN_FLAGS, *BATCH]  # every script's run, in today's spelling of the batch sizes
 # Each script's own flags: (the legacy command line, the stock twin's 5.x spelling of it).
 FLAGS = {
     "run_clm_datasets_legacy.py": (
@@ -220,13 +221,13 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], dict
         ported.write_text(port(script, (SCRIPTS / script).read_text()))
         results[script, "stock"] = _run(
             [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(ported),
-             *data, *COMMON, *stock, EVAL_FLAG, "steps", "--use_cpu", "--output_dir", str(root / "stock")],
+             *data, *RUN_FLAGS, *stock, EVAL_FLAG, "steps", "--use_cpu", "--output_dir", str(root / "stock")],
             root / "stock")
         for name, words in SHARDINGS.items():
             out = root / name
             results[script, name] = _run(
                 [sys.executable, "-m", "shardcompat", "run", "--nproc", "2", str(SCRIPTS / script),
-                 *data, *COMMON, *legacy, "--evaluation_strategy", "steps", "--output_dir", str(out),
+                 *data, *RUN_FLAGS, *legacy, "--evaluation_strategy", "steps", "--output_dir", str(out),
                  "--sharded_ddp", *words],
                 out)
     return results
