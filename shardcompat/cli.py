@@ -73,15 +73,23 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
+    try:
+        data, lines = explain(args)
+    except ValueError as error:
+        print(f"shardcompat explain: error: {error}", file=sys.stderr)
+        return 2
+    print(json.dumps(data, indent=2) if args.json else "\n".join(lines))
+    return 0 if data["chosen"] else 1
+
+
+def explain(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
+    """What ``shardcompat explain`` shows: its JSON data and its text lines (``shardcompat run``
+    prints the same for the job it runs); ValueError for a layout that cannot be planned."""
     from .backends import Placement, assess, candidates
     from .backends._optim import refused_optimizers
 
     options = parse_options(args.options)
-    try:
-        per_node, nnodes, source = _layout(args)
-    except ValueError as error:
-        print(f"shardcompat explain: error: {error}", file=sys.stderr)
-        return 2
+    per_node, nnodes, source = _layout(args)
     placement = Placement(
         world_size=per_node * nnodes,
         local_world_size=per_node,
@@ -115,32 +123,29 @@ def _explain(args: argparse.Namespace) -> int:
     facade = _facade() if args.fairscale else []
     if facade:
         data["fairscale_facade"] = facade
-    if args.json:
-        print(json.dumps(data, indent=2))
-        return 0 if chosen else 1
-    print(f"canonical:    {data['options'] or '(off: plain DDP)'}")
-    print(f"--fsdp:       {hf.fsdp or '(none)'} {json.dumps(hf.fsdp_config) if hf.fsdp_config else ''}".rstrip())
-    print(f"placement:    {placement.world_size} rank(s) on {placement.nnodes} node(s) of "
-          f"{placement.local_world_size}, {placement.device} ({source})")
-    print(f"chosen:       {chosen or 'none can serve these options here'}\n")
+    lines = [f"canonical:    {data['options'] or '(off: plain DDP)'}"]
+    lines.append(f"--fsdp:       {hf.fsdp or '(none)'} {json.dumps(hf.fsdp_config) if hf.fsdp_config else ''}".rstrip())
+    lines.append(f"placement:    {placement.world_size} rank(s) on {placement.nnodes} node(s) of "
+                 f"{placement.local_world_size}, {placement.device} ({source})")
+    lines.append(f"chosen:       {chosen or 'none can serve these options here'}\n")
     for row in rows:
         mark = "*" if row["backend"] == chosen else " "
         if "call" in row:
-            print(f"{mark} {row['backend']}:\n    {row['call']}")
+            lines.append(f"{mark} {row['backend']}:\n    {row['call']}")
             for note in row["notes"]:
-                print(f"    note: {note}")
+                lines.append(f"    note: {note}")
             if row["refused_optimizers"]:
-                print(f"    refuses: {'; '.join(row['refused_optimizers'])} (docs/optimizers.md)")
+                lines.append(f"    refuses: {'; '.join(row['refused_optimizers'])} (docs/optimizers.md)")
         else:
             reason = row["reason"]
-            print(f"{mark} {row['backend']}: {reason[:1].upper()}{reason[1:].rstrip('.')}.")
+            lines.append(f"{mark} {row['backend']}: {reason[:1].upper()}{reason[1:].rstrip('.')}.")
     if sized:
-        print("\n".join(memory.render(sized, rows, chosen)))
+        lines += memory.render(sized, rows, chosen)
     if facade:
-        print("\nshardcompat.fairscale:")
+        lines.append("\nshardcompat.fairscale:")
         for line in facade:
-            print(f"  {line}")
-    return 0 if chosen else 1
+            lines.append(f"  {line}")
+    return data, "\n".join(lines).split("\n")
 
 
 def _layout(args: argparse.Namespace) -> tuple[int, int, str]:

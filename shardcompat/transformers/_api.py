@@ -12,10 +12,12 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import sys
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
-__all__ = ["INSTALL_HINT", "accepts", "has_field", "load"]
+__all__ = ["INSTALL_HINT", "accepts", "has_field", "load", "packages"]
 
 INSTALL_HINT = "pip install 'shardcompat[transformers]'"
 
@@ -42,3 +44,23 @@ def accepts(fn: Callable[..., Any], name: str) -> bool:
         return name in inspect.signature(fn).parameters
     except (TypeError, ValueError):
         return False
+
+
+def packages(*known: Any) -> list[Any]:
+    """Every ``transformers`` package object in play: ``sys.modules``' current one, ``known``
+    (objects taken earlier), and any other module's global ``transformers``.
+
+    Importing ``transformers.processing_utils`` runs ``transformers/__init__.py`` again on 4.34
+    and 5.x and puts a new package object into ``sys.modules``; code that imported Transformers
+    before holds the earlier one, so whatever the installers add must land on each of them.
+    """
+    found: dict[int, Any] = {}
+    candidates = [load(), *known]
+    for module in list(sys.modules.values()):
+        held = getattr(module, "__dict__", {}).get("transformers")
+        if isinstance(held, ModuleType):
+            candidates.append(held)
+    for module in candidates:
+        if isinstance(module, ModuleType) and module.__name__ == "transformers":
+            found.setdefault(id(module), module)
+    return list(found.values())

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import _exit_guard
+from . import _sharding_report
+from ._sharding_report import FILENAME, JSON_ENV
 
 __all__ = ["add_run_command", "main", "run_command"]
 
@@ -25,7 +27,9 @@ DESCRIPTION = (
     "torch (or fairscale) installed today. The other Transformers 4.x names the installed release "
     "removed (--evaluation_strategy, --overwrite_output_dir, Trainer(tokenizer=), "
     "from_pretrained(use_auth_token=), is_torch_tpu_available, ...) are served as "
-    "docs/transformers-legacy.md says, each with a FutureWarning naming today's spelling."
+    "docs/transformers-legacy.md says, each with a FutureWarning naming today's spelling. "
+    "Once per job, after the first optimizer step, global rank 0 prints how the job shards: the plan "
+    "as 'shardcompat explain' shows it and each rank's parameter, gradient and optimizer-state bytes."
 )
 
 
@@ -42,6 +46,11 @@ def add_run_command(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("--nproc", type=int, default=1, metavar="N",
                         help="processes on this machine, started by torchrun (default 1: in this process)")
+    parser.add_argument("--json", action="store_true",
+                        help=f"also write the sharding block (printed once per job after the first optimizer "
+                             f"step: the plan as 'shardcompat explain' shows it, each rank's parameter, gradient "
+                             f"and optimizer-state bytes) as JSON to OUTPUT_DIR/{FILENAME}; the same as setting "
+                             f"{JSON_ENV}=1, which also works under torchrun -m shardcompat.transformers")
     _add_arguments(parser)
     parser.set_defaults(run=run_command)
     return parser
@@ -54,6 +63,8 @@ def run_command(args: argparse.Namespace) -> int:
     if not os.path.isfile(args.script):
         print(f"shardcompat run: error: no such script: {args.script}", file=sys.stderr)
         return 2
+    if args.json:
+        os.environ[JSON_ENV] = "1"  # in this process and the ranks torchrun starts
     if args.nproc == 1:
         return _run_here(args.script, args.script_args)
     command = [
@@ -66,6 +77,7 @@ def run_command(args: argparse.Namespace) -> int:
 def _run_here(script: str, argv: Sequence[str]) -> int:
     from ._dropin import run_script
 
+    _sharding_report.enable()
     try:
         run_script(script, argv)
     except SystemExit as done:

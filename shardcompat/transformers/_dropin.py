@@ -20,7 +20,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ._api import load
+from ._api import load, packages
 
 __all__ = ["NAMES", "dropins", "install", "run_script", "uninstall"]
 
@@ -45,9 +45,8 @@ def install() -> list[tuple[Any, str, Any]]:
         if original is ours:
             continue
         defining = sys.modules.get(getattr(original, "__module__", ""))
-        # Importing processing_utils re-runs transformers/__init__ (4.34 and 5.x): a module that
-        # imported transformers before holds the earlier package object, so it gets ours too.
-        for module in dict.fromkeys((transformers, earlier, defining)):
+        # Every package object in play (see _api.packages) and the module defining the class.
+        for module in dict.fromkeys((*packages(earlier), defining)):
             if module is not None and getattr(module, name, None) is original:
                 replaced.append((module, name, original))
                 setattr(module, name, ours)

@@ -28,7 +28,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from ._api import has_field, load
+from ._api import has_field, load, packages
 from .legacy_table import FIELDS, NOT_GIVEN, Kind, LegacyName, Served, by_kind
 
 __all__ = [
@@ -283,11 +283,13 @@ def _serve_keywords(rows: list[LegacyName], method: classmethod) -> classmethod:
 def install() -> list[tuple[Any, str, Any]]:
     """Add what the installed release lacks; ``(owner, name, previous or _ABSENT)`` for :func:`uninstall`."""
     # Importing processing_utils (the Trainer does) runs transformers/__init__.py again on 5.x,
-    # which puts a new `transformers` module into sys.modules: add the names to that one.
+    # which puts a new `transformers` module into sys.modules: the names go to every package
+    # object in play, the earlier one that code may already hold included.
+    earlier = sys.modules.get("transformers")
     load("transformers.processing_utils")
-    transformers = load()
     done: list[tuple[Any, str, Any]] = []
-    for kind, module in ((Kind.TOP_LEVEL, transformers), (Kind.UTILS, load("transformers.utils"))):
+    modules = [(Kind.TOP_LEVEL, m) for m in packages(earlier)] + [(Kind.UTILS, load("transformers.utils"))]
+    for kind, module in modules:
         for r in by_kind(kind):
             if not hasattr(module, r.name):
                 setattr(module, r.name, _function(r, module))

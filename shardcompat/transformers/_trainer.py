@@ -23,7 +23,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ..memory import count_state
 from ..options import Precision, ShardingOptions
+from . import _sharding_report
 from ._api import accepts, load
 from ._arguments import sharding_options
 from ._group import check_one_group, ensure_group
@@ -168,6 +170,7 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
         device = self.args.device
         ensure_group(device)
         module: nn.Module = self.model
+        model_bytes = count_state(("param", p) for p in module.parameters()).params  # before it is sharded
         # Wrapping must not move the random stream (dropout) the run sees: fairscale FSDP draws from it.
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             try:
@@ -189,6 +192,7 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
         self.optimizer = self.accelerator.prepare_optimizer(optimizer)
         self.accelerator.scaler = prepared.scaler  # what accelerator.backward scales the loss with
         self._sharded_module = ShardedModule(prepared)
+        _sharding_report.watch(prepared, self._sharding_backend, str(self.args.output_dir), model_bytes)
         if self.args.process_index == 0:
             logger.info("sharded_ddp '%s' on %s: %s", prepared.options, prepared.backend, prepared.plan.call)
             for note in prepared.plan.notes:

@@ -211,3 +211,36 @@ def test_the_layer_probes_the_release_not_the_dropin_in_its_place() -> None:
         assert [r.name for r in _legacy._trainer_rows()] == ["tokenizer"]
         args, warned = _parse("--evaluation_strategy", "steps")
         assert str(args.eval_strategy.value) == "steps" and len(warned) == 1
+
+
+def test_install_reaches_every_transformers_package_object_in_play() -> None:
+    """Code that imported Transformers before ``install`` keeps the package object it got; on
+    releases where importing processing_utils re-runs ``transformers/__init__`` that object is
+    no longer ``sys.modules["transformers"]``, and both installers must serve it too."""
+    import subprocess
+    import sys
+
+    code = """
+import sys, warnings
+import transformers as held
+import shardcompat.transformers as sct
+from shardcompat.transformers import _dropin
+replaced = _dropin.install()
+current = sys.modules["transformers"]
+print("reloaded", held is not current)
+for module in dict.fromkeys((held, current)):
+    assert module.Trainer is sct.Trainer and module.TrainingArguments is sct.TrainingArguments
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        assert module.is_torch_tpu_available() is module.is_torch_xla_available()
+_dropin.uninstall(replaced)
+for module in (held, current):
+    assert not hasattr(module, "is_torch_tpu_available"), module
+    assert module.Trainer is not sct.Trainer
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert done.stdout.split()[-1] == "ok"
+    # The case this guards: on this release the package object really changes under the script.
+    assert "reloaded True" in done.stdout, done.stdout

@@ -1,8 +1,11 @@
 """4.30-era scripts run unchanged under ``shardcompat run`` and train as their hand-ported twins do on stock 5.x.
 
-``scripts/run_glue_legacy.py`` (sequence classification) and ``scripts/run_translation_legacy.py``
-(seq2seq, ``--predict_with_generate``) use the API of Transformers 4.30 (see their docstrings)
-and ``--evaluation_strategy``/``--overwrite_output_dir`` on their command lines.  The reference is
+``scripts/run_glue_legacy.py`` (sequence classification), ``scripts/run_translation_legacy.py``
+(seq2seq, ``--predict_with_generate``) and ``scripts/run_clm_datasets_legacy.py`` (causal LM on
+CSV / JSON files through ``datasets.load_dataset``) use the API of Transformers 4.30 (see their
+docstrings) and ``--evaluation_strategy``/``--overwrite_output_dir`` on their command lines; the
+causal-LM one also 4.30's ``--per_gpu_*_batch_size``, ``--no_cuda``, ``--warmup_ratio`` and
+``--fp16_opt_level``, which its stock twin spells as 5.x does (:data:`FLAGS`).  The reference is
 each script after the minimal manual port (:data:`PORTS`, every edit asserted to apply), run on
 the installed Transformers' own classes under plain ``torchrun`` (DDP over gloo, 2 CPU ranks).
 The legacy script runs unmodified through ``shardcompat run --nproc 2`` with ``--sharded_ddp``;
@@ -13,6 +16,7 @@ the bare flag and ``zero_dp_2``.  Models, tokenizers and data are built here; no
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import random
@@ -58,19 +62,41 @@ PORTS = {
         ('    send_example_telemetry("run_translation", model_args, data_args)\n', "", 1),
         _own_field('    num_beams: Optional[int] = field(default=1, metadata={"help": "Beams for evaluate and predict."})\n'),
     ],
+    "run_clm_datasets_legacy.py": [
+        *COMMON_PORT,
+        ("    is_torch_tpu_available,\n", "    is_torch_xla_available,\n", 1),
+        ("not is_torch_tpu_available()", "not is_torch_xla_available()", 2),
+        ('    send_example_telemetry("run_clm", model_args, data_args)\n', "", 1),
+        _own_field('    preprocessing_num_workers: Optional[int] = field(default=None, metadata={"help": "Processes for map()."})\n'),
+    ],
 }
-COMMON = [
-    "--do_train", "--do_eval", "--max_steps", "4", "--per_device_train_batch_size", "2",
-    "--per_device_eval_batch_size", "4", "--gradient_accumulation_steps", "2", "--logging_steps", "1",
+RUN_FLAGS = [
+    "--do_train", "--do_eval", "--max_steps", "4", "--gradient_accumulation_steps", "2", "--logging_steps", "1",
     "--learning_rate", "5e-3", "--report_to", "none", "--disable_tqdm", "true", "--seed", "0",
     "--overwrite_output_dir", "--eval_steps", "2", "--save_strategy", "no",
 ]
 
 
+BATCH = ["--per_device_train_batch_size", "2", "--per_device_eval_batch_size", "4"]
+COMMON = [*RUN_FLAGS, *BATCH]  # every script's run, in today's spelling of the batch sizes
+# Each script's own flags: (the legacy command line, the stock twin's 5.x spelling of it).
+FLAGS = {
+    "run_clm_datasets_legacy.py": (
+        ["--per_gpu_train_batch_size", "2", "--per_gpu_eval_batch_size", "4", "--no_cuda", "--warmup_ratio", "0.25",
+         "--fp16_opt_level", "O2"],
+        [*BATCH, "--use_cpu", "--warmup_steps", "0.25"],
+    ),
+}
+
 # On a release that still has the 4.30 API (4.34.1 in the nox session) the reference is the
 # script itself, unported: there the layer must change nothing.
 LEGACY_RELEASE = hasattr(transformers, "is_torch_tpu_available")
 EVAL_FLAG = "--evaluation_strategy" if LEGACY_RELEASE else "--eval_strategy"
+
+
+def flags(script: str) -> tuple[list[str], list[str]]:
+    legacy, stock = FLAGS.get(script, (BATCH, BATCH))
+    return legacy, legacy if LEGACY_RELEASE else stock
 
 
 def port(script: str, source: str) -> str:
@@ -147,14 +173,39 @@ def _translation_assets(root: Path) -> list[str]:
             "--generation_max_length", "8"]
 
 
+def _clm_assets(root: Path) -> list[str]:
+    """A tiny GPT-2; training text in a CSV file, validation text in JSON lines (both read by ``datasets``)."""
+    import torch
+
+    size = _tokenizer(root / "model")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(
+        vocab_size=size, n_positions=16, n_embd=32, n_layer=2, n_head=2, resid_pdrop=0.0, embd_pdrop=0.0,
+        attn_pdrop=0.0, bos_token_id=4, eos_token_id=4)
+    transformers.GPT2LMHeadModel(config).save_pretrained(root / "model")
+    rng = random.Random("train")
+    train = root / "train.csv"
+    train.write_text("text\n" + "".join(_sentence(rng) + "\n" for _ in range(64)))
+    validation = _jsonl(root, "validation", 16, lambda rng: {"text": _sentence(rng)})
+    return ["--model_name_or_path", str(root / "model"), "--train_file", str(train), "--validation_file",
+            str(validation), "--block_size", "8", "--cache_dir", str(root / "cache")]
+
+
 SCRIPT_ASSETS = {"run_glue_legacy.py": _glue_assets, "run_translation_legacy.py": _translation_assets}
+# The `datasets` script needs `datasets` (in the test extra; not in the 4.34 nox environment).
+if importlib.util.find_spec("datasets") is not None:
+    SCRIPT_ASSETS["run_clm_datasets_legacy.py"] = _clm_assets
 MODEL_CLASSES = {"run_glue_legacy.py": "AutoModelForSequenceClassification",
-                 "run_translation_legacy.py": "AutoModelForSeq2SeqLM"}
+                 "run_translation_legacy.py": "AutoModelForSeq2SeqLM",
+                 "run_clm_datasets_legacy.py": "AutoModelForCausalLM"}
+METRIC = {"run_glue_legacy.py": "eval_accuracy", "run_translation_legacy.py": "eval_gen_len",
+          "run_clm_datasets_legacy.py": "eval_accuracy"}
 RUNS = [(script, sharding) for script in SCRIPT_ASSETS for sharding in SHARDINGS]
 
 
 def _run(command: list[str], out: Path) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONWARNINGS": "default::FutureWarning", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONWARNINGS": "default::FutureWarning", "OMP_NUM_THREADS": "1",
+           "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     return {"code": done.returncode, "output": done.stdout + done.stderr, "out": out}
 
@@ -165,17 +216,19 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], dict
     for script, build in SCRIPT_ASSETS.items():
         root = tmp_path_factory.mktemp(script.split("_")[1])
         data = build(root)
+        legacy, stock = flags(script)
         ported = root / script.replace("legacy", "ported")
         ported.write_text(port(script, (SCRIPTS / script).read_text()))
         results[script, "stock"] = _run(
             [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(ported),
-             *data, *COMMON, EVAL_FLAG, "steps", "--use_cpu", "--output_dir", str(root / "stock")],
+             *data, *RUN_FLAGS, *stock, EVAL_FLAG, "steps", "--use_cpu", "--output_dir", str(root / "stock")],
             root / "stock")
         for name, words in SHARDINGS.items():
             out = root / name
             results[script, name] = _run(
                 [sys.executable, "-m", "shardcompat", "run", "--nproc", "2", str(SCRIPTS / script),
-                 *data, *COMMON, "--evaluation_strategy", "steps", "--output_dir", str(out), "--sharded_ddp", *words],
+                 *data, *RUN_FLAGS, *legacy, "--evaluation_strategy", "steps", "--output_dir", str(out),
+                 "--sharded_ddp", *words],
                 out)
     return results
 
@@ -215,7 +268,7 @@ def test_the_legacy_script_runs_unchanged_and_trains_as_stock_ddp(runs: Runs, sc
     assert (sharded / "tokenizer.json").exists()  # Trainer(tokenizer=) saved it, as processing_class does
     metrics = [json.loads((out / "eval_results.json").read_text()) for out in (stock, sharded)]
     assert metrics[0].keys() == metrics[1].keys()
-    assert ("eval_accuracy" if script == "run_glue_legacy.py" else "eval_gen_len") in metrics[0], metrics[0]
+    assert METRIC[script] in metrics[0], metrics[0]
     for key in ("eval_accuracy", "eval_exact_match", "eval_gen_len"):  # what generate()/argmax gave
         assert metrics[0].get(key) == metrics[1].get(key), key
 
@@ -233,8 +286,16 @@ def test_each_legacy_name_warned_with_its_replacement(runs: Runs, script: str) -
         ("from_pretrained(use_auth_token=...)", "token="),
         ("Trainer(tokenizer=...)", "processing_class="),
     ]
-    if script == "run_glue_legacy.py":
+    if script != "run_translation_legacy.py":
         expected.append(("transformers.is_torch_tpu_available", "is_torch_xla_available()"))
+    if script == "run_clm_datasets_legacy.py":
+        expected += [
+            ("TrainingArguments --per_gpu_train_batch_size", "--per_device_train_batch_size"),
+            ("TrainingArguments --per_gpu_eval_batch_size", "--per_device_eval_batch_size"),
+            ("TrainingArguments --no_cuda", "--use_cpu"),
+            ("TrainingArguments --warmup_ratio", "--warmup_steps"),
+            ("TrainingArguments --fp16_opt_level", "no effect"),
+        ]
     for spelling, replacement in expected:
         line = next((ln for ln in output.splitlines() if spelling in ln and "FutureWarning" in ln), None)
         assert line is not None and replacement in line, (spelling, output[-3000:])

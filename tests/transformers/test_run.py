@@ -3,14 +3,16 @@
 ``scripts/run_clm_legacy.py`` is written as Transformers' examples of the 4.4-4.34 era were
 (``HfArgumentParser``, ``TrainingArguments``, a ``Trainer`` subclass, ``--do_train --do_eval``)
 and never mentions shardcompat.  Each run is a real command line in its own processes, 2 CPU
-ranks: the bare legacy ``--sharded_ddp`` through ``shardcompat run --nproc 2``, and
-``--sharded_ddp zero_dp_3 offload`` through ``torchrun -m shardcompat.transformers``.
+ranks: the bare legacy ``--sharded_ddp`` through ``shardcompat run --json --nproc 2``, and
+``--sharded_ddp zero_dp_3 offload`` through ``torchrun -m shardcompat.transformers`` with
+``SHARDCOMPAT_RUN_JSON=1``.  Both must print the sharding block once and write it as JSON.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -28,7 +30,7 @@ COMMON = [
     "--disable_tqdm", "true",
 ]
 LAUNCHERS = {
-    "shardcompat-run": [sys.executable, "-m", "shardcompat", "run", "--nproc", "2"],
+    "shardcompat-run": [sys.executable, "-m", "shardcompat", "run", "--json", "--nproc", "2"],
     "torchrun": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                  "-m", "shardcompat.transformers"],
     "one-process": [sys.executable, "-m", "shardcompat", "run"],
@@ -45,6 +47,8 @@ def _run(name: str, out: Path) -> dict[str, Any]:
     launcher, flag = RUNS[name]
     command = [*LAUNCHERS[launcher], str(SCRIPT), "--output_dir", str(out), *COMMON, *flag]
     env = {**os.environ, "PYTHONWARNINGS": "default::FutureWarning", "OMP_NUM_THREADS": "1"}
+    if launcher == "torchrun":  # shardcompat run --json says this to its ranks; torchrun users set it
+        env["SHARDCOMPAT_RUN_JSON"] = "1"
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     return {"code": done.returncode, "output": done.stdout + done.stderr, "out": out}
 
@@ -109,3 +113,55 @@ def test_both_runs_train_the_same_model_as_ddp_would(runs: dict[str, dict[str, A
     assert max(abs(a - b) for a, b in zip(*losses)) <= 1e-4, losses  # 4.x logs 4 decimals
     a, b = (transformers.AutoModelForCausalLM.from_pretrained(out).state_dict() for out in (first, second))
     assert a.keys() == b.keys() and max(float((a[k] - b[k]).abs().max()) for k in a) <= 1e-5
+
+
+def _model_bytes() -> int:
+    """The script's GPT-2 (its default sizes), counted as plain parameters: the tied head once."""
+    import transformers
+
+    config = transformers.GPT2Config(vocab_size=64, n_positions=8, n_embd=32, n_layer=2, n_head=2)
+    return sum(p.numel() * p.element_size() for p in transformers.GPT2LMHeadModel(config).parameters())
+
+
+def _block(output: str) -> list[str]:
+    start = output.index("***** shardcompat: ")
+    return output[start:output.index("\n*****\n", start)].splitlines()
+
+
+@pytest.mark.timeout(1300)
+@pytest.mark.parametrize(
+    ("name", "backend", "options", "params_share"),
+    [("bare-flag", "torch-zero", "simple", 1.0), ("zero_dp_3-offload", "torch-fsdp2", "zero_dp_3 offload", 0.5)],
+)
+def test_the_sharding_block_is_printed_once_and_written_as_json(
+    runs: dict[str, dict[str, Any]], name: str, backend: str, options: str, params_share: float,
+) -> None:
+    """What each rank holds after the first step: ``simple`` (DDP + ZeRO-1) keeps the whole model
+    and its gradients and shards AdamW's two moments; ``zero_dp_3`` shards all three."""
+    from shardcompat.train.report import format_bytes
+
+    out, output = _completed(runs, name), runs[name]["output"]
+    assert output.count("***** shardcompat: ") == 1, output[-6000:]  # once per job, not per rank
+    block = _block(output)
+    assert block[0] == f"***** shardcompat: '{options}' on {backend}, 2 rank(s) *****"
+    assert f"plan (shardcompat explain {shlex.quote(options)} --backend auto --nproc 2 --nnodes 1 --device cpu):" in block
+    assert f"  chosen:       {backend}" in block  # explain's own lines
+    assert any(line.startswith("state per rank, counted after the first optimizer step") for line in block)
+    report = json.loads((out / "shardcompat_sharding.json").read_text())
+    psi = _model_bytes()
+    assert (report["backend"], report["options"], report["world_size"], report["model_param_bytes"]) == (
+        backend, options, 2, psi)
+    assert report["explain"]["chosen"] == backend
+    assert [r["rank"] for r in report["ranks"]] == [0, 1]
+    for r in report["ranks"]:
+        assert abs(r["params"] - params_share * psi) <= 0.02 * psi, (r, psi)
+        assert abs(r["grads"] - params_share * psi) <= 0.02 * psi, (r, psi)
+        assert abs(r["optim"] - psi) <= 0.02 * psi, (r, psi)  # AdamW's 2 fp32 moments, halved over 2 ranks
+        assert r["total"] == r["params"] + r["grads"] + r["optim"]
+        assert r["cpu"] == r["total"]  # CPU ranks (and offload) hold everything in host memory
+        row = next(line.split() for line in block if line.split()[:1] == [str(r["rank"])])
+        cells = [" ".join(row[i:i + 2]) for i in range(1, 11, 2)]
+        assert cells == [format_bytes(r[k]) for k in ("params", "grads", "optim", "total", "cpu")], (row, r)
+        assert row[-1] == f"{r['params'] / psi:.2f}x"
+    if params_share < 1:  # the shards partition the model: together, the whole of it (up to padding)
+        assert abs(sum(r["params"] for r in report["ranks"]) - psi) <= 0.02 * psi

@@ -1,0 +1,112 @@
+"""What ``shardcompat run`` shows once per job, so a user sees from the outside that it shards.
+
+Global rank 0 prints the plan exactly as ``shardcompat explain`` gives it for the job's options
+and layout (:func:`shardcompat.cli.explain`), then each rank's parameter, gradient and
+optimizer-state bytes (:func:`shardcompat.memory.count_state` over what the rank holds, gathered
+from every rank) next to the unsharded model's parameter bytes.  With ``--json`` (the
+:data:`JSON_ENV` variable) the same goes, atomically, into ``output_dir/`` :data:`FILENAME`.
+
+When: right after the first optimizer step of training.  Wrapping happens before training and
+builds the optimizer, but an optimizer such as AdamW creates its state in its first step and
+gradients exist only after a backward; counted at wrapping, both would read 0 B and hide the
+very sharding the block is meant to show.  The block says so.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..prepared import Prepared
+
+__all__ = ["FILENAME", "JSON_ENV", "MOMENT", "enable", "watch"]
+
+JSON_ENV = "SHARDCOMPAT_RUN_JSON"  # "1": also write the block as JSON into the Trainer's output_dir
+FILENAME = "shardcompat_sharding.json"
+MOMENT = ("after the first optimizer step (the optimizer creates its state there, and gradients exist only "
+          "after a backward: counted at wrapping, both would be 0 B)")
+_enabled = False
+
+
+def enable() -> None:
+    """Show the block in this process (``shardcompat run`` and each rank it starts call this)."""
+    global _enabled
+    _enabled = True
+
+
+def watch(prepared: Prepared, backend: str, output_dir: str, model_bytes: int) -> None:
+    """Show the block after ``prepared``'s first optimizer step (every rank calls this)."""
+    if not _enabled:
+        return
+
+    def after_step(*_: Any) -> None:
+        handle.remove()
+        _show(prepared, backend, output_dir, model_bytes)
+
+    handle = prepared.optimizer.register_step_post_hook(after_step)
+
+
+def _explain_args(prepared: Prepared, backend: str, world: int) -> list[str]:
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    device = "cuda" if prepared.placement.device.startswith("cuda") else "cpu"
+    return [str(prepared.options), "--backend", backend, "--nproc", str(local), "--nnodes", str(max(1, world // local)),
+            "--device", device]
+
+
+def _show(prepared: Prepared, backend: str, output_dir: str, model_bytes: int) -> None:
+    import torch.distributed as dist
+
+    from ..memory import count_state
+
+    mine = {"rank": dist.get_rank() if dist.is_initialized() else 0, **count_state(prepared.local_tensors()).as_dict()}
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    ranks: list[Any] = [mine] * world
+    if world > 1:
+        dist.all_gather_object(ranks, mine)  # every rank of the job, whatever group the sharding uses
+    if mine["rank"] != 0:
+        return
+    from ..cli import build_parser, explain
+
+    argv = _explain_args(prepared, backend, world)
+    plan, plan_lines = explain(build_parser().parse_args(["explain", *argv]))
+    report = {
+        "moment": MOMENT,
+        "options": str(prepared.options),
+        "backend": prepared.backend,
+        "world_size": world,
+        "model_param_bytes": model_bytes,
+        "ranks": ranks,
+        "explain_command": "shardcompat explain " + " ".join(shlex.quote(a) for a in argv),
+        "explain": plan,
+    }
+    print("\n".join(_render(report, plan_lines)), flush=True)
+    if os.environ.get(JSON_ENV) == "1":
+        from .._atomic import _write_json
+
+        path = Path(output_dir) / FILENAME
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _write_json(path, report)
+        print(f"[shardcompat] written to {path}", flush=True)
+
+
+def _render(report: dict[str, Any], plan_lines: list[str]) -> list[str]:
+    from ..train.report import format_bytes
+
+    psi = report["model_param_bytes"]
+    lines = [f"***** shardcompat: '{report['options']}' on {report['backend']}, {report['world_size']} rank(s) *****",
+             f"plan ({report['explain_command']}):"]
+    lines += [f"  {line}".rstrip() for line in plan_lines]
+    lines.append(f"state per rank, counted {report['moment']}:")
+    table = [["rank", "params", "grads", "optim", "total", "on CPU", "params / model"]]
+    for r in report["ranks"]:
+        share = f"{r['params'] / psi:.2f}x" if psi else "-"
+        table.append([str(r["rank"]), *(format_bytes(r[k]) for k in ("params", "grads", "optim", "total", "cpu")),
+                      share])
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    lines += ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
+    lines.append(f"unsharded model: {format_bytes(psi)} of parameters ({psi} B)")
+    lines.append("*****")
+    return lines
