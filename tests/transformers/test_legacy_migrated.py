@@ -22,6 +22,7 @@ from codemods.cli import build_parser, run
 from codemods.rules.transformers_legacy.python import UNMIGRATED
 from shardcompat.transformers.legacy_table import ROWS, Kind, Served
 
+from ._stock import TORCHRUN
 from .test_legacy_scripts import (
     COMMON,
     LEGACY_RELEASE,
@@ -114,7 +115,7 @@ def test_a_migrated_script_trains_as_the_unmigrated_one_under_shardcompat_run(tm
     words = shlex.split(command.read_text())[4:]
     assert "--eval_strategy" in words and "--use_cpu" in words and "--evaluation_strategy" not in words
 
-    stock = _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+    stock = _run([*TORCHRUN,
                   str(migrated), *data, *words, "--output_dir", str(tmp_path / "stock")], tmp_path / "stock")
     legacy = _run([sys.executable, "-m", "shardcompat", "run", "--nproc", "2", str(SCRIPTS / script), *data,
                    *legacy_line, "--output_dir", str(tmp_path / "legacy"), "--sharded_ddp", "zero_dp_2"],

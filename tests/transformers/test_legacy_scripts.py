@@ -27,6 +27,8 @@ from typing import Any
 
 import pytest
 
+from ._stock import TORCHRUN
+
 transformers = pytest.importorskip("transformers", reason="needs transformers (pip install 'shardcompat[transformers]')")
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -220,7 +222,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], dict
         ported = root / script.replace("legacy", "ported")
         ported.write_text(port(script, (SCRIPTS / script).read_text()))
         results[script, "stock"] = _run(
-            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(ported),
+            [*TORCHRUN, str(ported),
              *data, *RUN_FLAGS, *stock, EVAL_FLAG, "steps", "--use_cpu", "--output_dir", str(root / "stock")],
             root / "stock")
         for name, words in SHARDINGS.items():

@@ -26,6 +26,7 @@ import pytest
 pytest.importorskip("transformers", reason="needs transformers (pip install 'shardcompat[transformers]')")
 
 from tests.transformers._runs import fp16_without_gpu_refused
+from tests.transformers._stock import TORCHRUN
 from tests.transformers.test_run import SCRIPT
 
 FULL = os.environ.get("SHARDCOMPAT_PRECISION_GRID") == "full"
@@ -54,7 +55,7 @@ def _run(options: str | None, precision: str, clip: str, root: str) -> list[floa
     out = Path(root) / name
     flags = [f"--{precision}", "--max_grad_norm", clip, "--output_dir", str(out)]
     if options is None:
-        launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+        launcher = TORCHRUN
         flags += [] if _cuda() else ["--use_cpu", "true"]
     else:
         launcher = [sys.executable, "-m", "shardcompat", "run", "--nproc", "2"]
