@@ -8,6 +8,7 @@ with one FutureWarning, and ``install``/``uninstall`` must leave ``transformers`
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import warnings
 from pathlib import Path
 from typing import Any
@@ -294,3 +295,22 @@ def test_every_field_row_runs_as_4_30_did(r: Any) -> None:
     assert getattr(args, r.name) == value
     expected = 0 if value == r.default else 1
     assert len(warned) == expected and all(r.flag in w for w in warned), warned
+
+
+@pytest.mark.parametrize("r", by_kind(Kind.TOP_LEVEL) + by_kind(Kind.UTILS), ids=lambda r: f"{r.kind.name}-{r.name}")
+def test_every_removed_name_imports_and_answers_as_its_row_says(r: Any) -> None:
+    """Row by row: under the layer the 4.x import works and the call gives today's answer (the
+    function it was renamed to, or the constant the row names), and it is gone again after."""
+    home = transformers if r.kind is Kind.TOP_LEVEL else transformers.utils
+    with sct.dropins():
+        function = getattr(importlib.import_module(home.__name__), r.name)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            answer = function("run_clm", object()) if r.served is Served.NO_OP else function()
+        if r.served is Served.NO_OP:
+            assert answer is None
+        elif r.new is not None:
+            assert answer == getattr(home, r.new)()
+        else:
+            assert answer is {"False": False, "True": True}[r.replacement]
+    assert not hasattr(home, r.name)
