@@ -24,13 +24,15 @@ from shardcompat.transformers.legacy_table import ROWS, Kind, Served
 
 from ._stock import TORCHRUN
 from .test_legacy_scripts import (
-    COMMON,
+    FULL,
     LEGACY_RELEASE,
     MODEL_CLASSES,
+    RUN_FLAGS,
     SCRIPT_ASSETS,
     SCRIPTS,
     _history,
     _run,
+    flags,
 )
 
 transformers = pytest.importorskip("transformers")
@@ -98,12 +100,17 @@ def test_migrated_scripts_hold_no_legacy_name_but_the_reported_hand_edits(tmp_pa
     assert not again.changed, "a second run changes nothing"
 
 
+# GLUE in every run; the other scripts with SHARDCOMPAT_TRANSFORMERS_GRID=full (about a minute each).
+MIGRATED_RUNS = [s for s in SCRIPT_ASSETS if FULL or s == "run_glue_legacy.py"]
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(LEGACY_RELEASE, reason="this release still has the 4.30 API")
-def test_a_migrated_script_trains_as_the_unmigrated_one_under_shardcompat_run(tmp_path: Path) -> None:
-    script = "run_glue_legacy.py"
+@pytest.mark.parametrize("script", MIGRATED_RUNS)
+def test_a_migrated_script_trains_as_the_unmigrated_one_under_shardcompat_run(tmp_path: Path, script: str) -> None:
     data = SCRIPT_ASSETS[script](tmp_path)
-    legacy_line = [*COMMON, "--evaluation_strategy", "steps", "--no_cuda"]
+    legacy_line = [*RUN_FLAGS, *flags(script)[0], "--evaluation_strategy", "steps"]
+    legacy_line += [] if "--no_cuda" in legacy_line else ["--no_cuda"]
     migrated = tmp_path / "migrated" / script
     migrated.parent.mkdir()
     shutil.copy(SCRIPTS / script, migrated)

@@ -80,7 +80,6 @@ RUN_FLAGS = [
 
 
 BATCH = ["--per_device_train_batch_size", "2", "--per_device_eval_batch_size", "4"]
-COMMON = [*RUN_FLAGS, *BATCH]  # every script's run, in today's spelling of the batch sizes
 # Each script's own flags: (the legacy command line, the stock twin's 5.x spelling of it).
 FLAGS = {
     "run_clm_datasets_legacy.py": (
