@@ -75,6 +75,8 @@ def _info(args: argparse.Namespace) -> int:
 def _explain(args: argparse.Namespace) -> int:
     try:
         data, lines = explain(args)
+    except ShardingOptionsError:
+        raise  # a bad option string: main() reports it as it does for every command
     except ValueError as error:
         print(f"shardcompat explain: error: {error}", file=sys.stderr)
         return 2
