@@ -42,7 +42,8 @@ FAIRSCALE_TESTS = [
 
 # The Hugging Face Trainer integration: the current release, and 4.34.1, the last with
 # sharded_ddp (it passes dispatch_batches= to Accelerator, which accelerate 1.0 removed).
-TRANSFORMERS_RELEASES = {"current": (), "4.34.1": ("transformers==4.34.1", "accelerate==0.27.2")}
+# 4.34.1 pins huggingface_hub below 1.0: the datasets of its time (2.14.7, with pandas 2) import there.
+TRANSFORMERS_RELEASES = {"current": (), "4.34.1": ("transformers==4.34.1", "accelerate==0.27.2", "datasets==2.14.7", "pandas<3")}
 
 
 def _install(session: nox.Session, torch: str = DEFAULT_TORCH, fairscale: str | None = None) -> None:

@@ -16,7 +16,6 @@ the bare flag and ``zero_dp_2``.  Models, tokenizers and data are built here; no
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import random
@@ -193,8 +192,12 @@ def _clm_assets(root: Path) -> list[str]:
 
 
 SCRIPT_ASSETS = {"run_glue_legacy.py": _glue_assets, "run_translation_legacy.py": _translation_assets}
-# The `datasets` script needs `datasets` (in the test extra; not in the 4.34 nox environment).
-if importlib.util.find_spec("datasets") is not None:
+# The `datasets` script needs `datasets` (in the test extra), importable next to this Transformers.
+try:
+    import datasets  # noqa: F401
+except ImportError:
+    pass
+else:
     SCRIPT_ASSETS["run_clm_datasets_legacy.py"] = _clm_assets
 MODEL_CLASSES = {"run_glue_legacy.py": "AutoModelForSequenceClassification",
                  "run_translation_legacy.py": "AutoModelForSeq2SeqLM",
