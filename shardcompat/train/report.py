@@ -11,7 +11,7 @@ from typing import Any
 
 from ..memory import StateBytes, off_model_reason, plan_stage, zero_model_volume
 
-__all__ = ["RankResult", "RunResult", "build_report", "format_bytes", "render_table"]
+__all__ = ["RankResult", "RunResult", "align_columns", "build_report", "format_bytes", "render_table"]
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,12 @@ def _rows(run: dict[str, Any], reference: dict[str, Any] | None) -> list[list[st
     return rows
 
 
+def align_columns(table: Sequence[Sequence[str]]) -> list[str]:
+    """The rows of ``table`` (its header first) as text lines, each column padded to its widest cell."""
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
+
+
 def render_table(report: dict[str, Any]) -> str:
     """A plain-text summary: the setup, losses, and one row per (run, rank)."""
     model = report["model"]
@@ -127,10 +133,8 @@ def render_table(report: dict[str, Any]) -> str:
         losses = run["losses"]
         who = f"{run['label']} on {run['backend']}" if run["options"] else f"{run['label']} (plain torch DDP)"
         lines.append(f"{who}: loss {losses[0]:.4f} -> {losses[-1]:.4f}")
-    table = [list(_COLUMNS)] + [row for run in runs for row in _rows(run, reference)]
-    widths = [max(len(row[i]) for row in table) for i in range(len(_COLUMNS))]
     lines.append("")
-    lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
+    lines += align_columns([list(_COLUMNS)] + [row for run in runs for row in _rows(run, reference)])
     for run in report["runs"]:  # why a run's state is off the ZeRO model, when it is
         note = off_model_reason(run["options"], run["backend"], report["world_size"], model["parameters"],
                                 max(r["total"] for r in run["ranks"]), device=report["device"])

@@ -93,7 +93,7 @@ def _show(prepared: Prepared, backend: str, output_dir: str, model_bytes: int) -
 
 
 def _render(report: dict[str, Any], plan_lines: list[str]) -> list[str]:
-    from ..train.report import format_bytes
+    from ..train.report import align_columns, format_bytes
 
     psi = report["model_param_bytes"]
     lines = [f"***** shardcompat: '{report['options']}' on {report['backend']}, {report['world_size']} rank(s) *****",
@@ -105,8 +105,7 @@ def _render(report: dict[str, Any], plan_lines: list[str]) -> list[str]:
         share = f"{r['params'] / psi:.2f}x" if psi else "-"
         table.append([str(r["rank"]), *(format_bytes(r[k]) for k in ("params", "grads", "optim", "total", "cpu")),
                       share])
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    lines += ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
+    lines += [f"  {line}" for line in align_columns(table)]
     lines.append(f"unsharded model: {format_bytes(psi)} of parameters ({psi} B)")
     lines.append("*****")
     return lines
