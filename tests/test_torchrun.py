@@ -24,6 +24,7 @@ from .test_train import (
     STEPS,
     assert_about,
     assert_same_losses,
+    injected,
     processes_with,
     ratios,
     train_json,
@@ -130,12 +131,8 @@ train.train_rank = train_rank
 @pytest.mark.timeout(200)
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds leftover ranks through /proc")
 def test_a_row_failing_in_its_child_fails_the_torchrun_job_with_its_traceback(tmp_path: Path) -> None:
-    marker = f"SHARDCOMPAT_TEST_MARKER={uuid.uuid4().hex}"
-    name, value = marker.split("=")
-    (tmp_path / "sitecustomize.py").write_text(_FAULT)
-    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
-    ((code, out, err),) = launchers(1, 2, "--sharded_ddp", "zero_dp_2", "--compare-ddp",
-                                    env={name: value, "PYTHONPATH": path})
+    marker, env = injected(tmp_path, _FAULT)
+    ((code, out, err),) = launchers(1, 2, "--sharded_ddp", "zero_dp_2", "--compare-ddp", env=env)
     assert code != 0 and out == ""
     assert "rank 1 failed" in err and "injected fault on rank 1" in err and "Traceback" in err
     assert processes_with(marker) == []

@@ -166,6 +166,16 @@ def test_the_table_shows_every_rank_of_both_runs(ddp: dict[str, Any]) -> None:
     assert "largest loss difference vs plain DDP: 0" in lines[-2]
 
 
+def injected(tmp_path: Path, fault: str) -> tuple[str, dict[str, str]]:
+    """``(marker, env)``: an environment whose processes run ``fault`` as their sitecustomize and
+    carry ``marker`` (``NAME=value``), so :func:`processes_with` finds any left behind."""
+    marker = f"SHARDCOMPAT_TEST_MARKER={uuid.uuid4().hex}"
+    name, value = marker.split("=")
+    (tmp_path / "sitecustomize.py").write_text(fault)
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    return marker, {name: value, "PYTHONPATH": path}
+
+
 def processes_with(marker: str) -> list[int]:
     found = []
     for proc in Path("/proc").iterdir():
@@ -197,11 +207,8 @@ models.build_model = build_model
 @pytest.mark.timeout(120)
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds leftover ranks through /proc")
 def test_a_failing_rank_fails_the_command_with_its_error_and_leaves_no_process(tmp_path: Path) -> None:
-    marker = f"SHARDCOMPAT_TEST_MARKER={uuid.uuid4().hex}"
-    name, value = marker.split("=")
-    (tmp_path / "sitecustomize.py").write_text(_FAULT)
-    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
-    result = cli("--sharded_ddp", "zero_dp_3", "--steps", "2", env={name: value, "PYTHONPATH": path})
+    marker, env = injected(tmp_path, _FAULT)
+    result = cli("--sharded_ddp", "zero_dp_3", "--steps", "2", env=env)
     assert result.returncode == 1
     assert "rank 1 failed" in result.stderr and "injected fault on rank 1" in result.stderr
     assert "Traceback" in result.stderr, "a crash inside training keeps its traceback"
