@@ -9,8 +9,8 @@ rules for Python (:mod:`~.sharded_ddp.python`) and the same rules as libcst code
 :mod:`shardcompat.transformers.legacy_table` (imported, never copied) to today's spelling, with
 its command-line rule in :mod:`~.transformers_legacy.flags`; :mod:`.base` is the plumbing every Python rule shares
 (:class:`~.base.Records`, :class:`~.base.Rule`, :func:`~.base.run`) and :mod:`.command` the
-codemod command every table's commands derive from.  A new table (Transformers' legacy argument
-names, say) is a new subpackage with the same three parts, switched on in
+codemod command every table's commands derive from.  A new table is a new subpackage with the
+same parts (its table or plans, a libcst rule, a codemod command), switched on in
 :func:`python_rules` below and in :class:`~codemods.run.context.Settings` (with
 :func:`~codemods.run.context.needles`, the bytes a file must hold to be looked at).  Importing
 this package is cheap: a table loads only when a file needs it.

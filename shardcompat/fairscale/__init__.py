@@ -20,6 +20,9 @@ fixed), else native torch with fairscale's signature; :func:`describe` says whic
 modules imports neither fairscale nor torch's distributed modules.  A fairscale name or
 module the facade does not serve says why and what to use instead: as an ``ImportError`` on
 every import form, as an ``AttributeError`` on attribute access (``_unserved``).
+``__version__`` is the fairscale API served (the installed fairscale's own, else 0.4.13, the
+release the native classes mirror), so a gate such as the Transformers 4.x Trainer's
+``version.parse(fairscale.__version__) >= version.parse("0.3")`` takes the branch it took.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ if TYPE_CHECKING:
     from ._oss import NativeOSS as OSS
     from ._scaler import NativeShardedGradScaler as ShardedGradScaler
     from ._sdp import NativeShardedDataParallel as ShardedDataParallel
+    from ._version import __version__ as __version__
+    from ._version import __version_tuple__ as __version_tuple__
     from ._wrap import (
         auto_wrap,
         auto_wrap_bn,

@@ -21,7 +21,7 @@ __all__ = ["OWN", "implementation"]
 OWN = {
     **{name: "_wrap" for name in ("ConfigAutoWrap", "auto_wrap", "auto_wrap_bn", "config_auto_wrap_policy",
                                   "default_auto_wrap_policy", "enable_wrap", "get_fsdp_instances", "wrap")},
-    "torch_version": "_version",
+    **{name: "_version" for name in ("torch_version", "__version__", "__version_tuple__")},
 }
 
 

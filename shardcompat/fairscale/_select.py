@@ -18,7 +18,7 @@ import torch
 from ..backends import get as get_backend
 from ._arguments import FAIRSCALE, NATIVE
 
-__all__ = ["ENV", "FAMILIES", "Choice", "announce", "choose", "describe"]
+__all__ = ["ENV", "FAMILIES", "Choice", "announce", "choose", "describe", "setting"]
 
 ENV = "SHARDCOMPAT_FAIRSCALE"
 log = logging.getLogger("shardcompat.fairscale")
@@ -46,7 +46,8 @@ class Choice:
     reason: str
 
 
-def _setting() -> str:
+def setting() -> str:
+    """``SHARDCOMPAT_FAIRSCALE`` as one of auto, fairscale, native."""
     value = os.environ.get(ENV, "auto").strip().lower() or "auto"
     if value not in ("auto", FAIRSCALE, NATIVE):
         raise ValueError(f"{ENV}={value!r}: choose auto, fairscale or native")
@@ -69,20 +70,20 @@ def _fairscale_unusable(family: str) -> str:
 
 @functools.cache
 def choose(family: str) -> Choice:
-    setting = _setting()
+    chosen = setting()
     if family == "scaler":
         sdp = choose("sdp")
         if sdp.impl == FAIRSCALE and torch.cuda.is_available():
             return Choice(family, FAIRSCALE, "fairscale's ShardedGradScaler (CUDA)")
         return Choice(family, NATIVE, "torch's ShardedGradScaler (fairscale's is CUDA-only)")
-    if setting == NATIVE:
+    if chosen == NATIVE:
         return Choice(family, NATIVE, f"{ENV}=native")
     why_not = _fairscale_unusable(family)
     if not why_not:
         fix = {"sdp": "; ShardedDDP's reduce-bucket/zero_grad trap is fixed",
                "fsdp": "" if torch.cuda.is_available() else "; on CPU through shardcompat's compatibility layer"}
         return Choice(family, FAIRSCALE, f"{_BACKEND[family]} probe passed{fix[family]}")
-    if setting == FAIRSCALE:
+    if chosen == FAIRSCALE:
         raise RuntimeError(f"{ENV}=fairscale but fairscale cannot serve {family} here: {why_not}")
     return Choice(family, NATIVE, why_not)
 

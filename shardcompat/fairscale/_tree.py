@@ -46,23 +46,30 @@ class Node(NamedTuple):
 _WRAP = ("auto_wrap", "config_auto_wrap_policy", "default_auto_wrap_policy", "enable_wrap", "wrap")
 _CHECKPOINT = ("checkpoint_wrapper", "is_checkpointing", "is_recomputing")
 _FSDP = ("FullyShardedDataParallel", "TrainingState", "auto_wrap_bn", "get_fsdp_instances")
+# What fairscale's own modules define for themselves: public by name only (0.1.7-0.4.13).
+_CHECKPOINT_INTERNALS = ("CheckpointFunction", "autocast", "get_rng_state", "is_autocast_enabled", "set_rng_state")
+_FSDP_INTERNALS = ("alloc_storage_", "cast_buffers_", "cast_floats_to_right_precision", "cast_inputs_to_fp16",
+                   "free_storage_", "p_assert")
 
 TREE: dict[str, Node] = {
-    # shardcompat.fairscale itself keeps its flat names (fairscale's root has none but ``nn``).
+    # shardcompat.fairscale itself keeps its flat names (fairscale's root has only ``nn`` and its version).
     "": Node(("OSS", "FullyShardedDataParallel", "ShardedDataParallel", "ShardedGradScaler", "TrainingState",
               "auto_wrap", "auto_wrap_bn", "checkpoint_wrapper", "config_auto_wrap_policy",
               "default_auto_wrap_policy", "enable_wrap", "get_fsdp_instances", "is_checkpointing",
-              "is_recomputing", "wrap"), tuple(UNSERVED)),
+              "is_recomputing", "wrap", "__version__", "__version_tuple__"), tuple(UNSERVED)),
     "nn": Node(("FullyShardedDataParallel", "ShardedDataParallel", "checkpoint_wrapper", *_WRAP),
                ("FlattenParamsWrapper", "MOELayer", "Top2Gate", "Pipe", "PipeRPCWrapper")),
     "nn.data_parallel": Node((*_FSDP, "ShardedDataParallel"), ("no_pre_load_state_dict_hook", "OffloadConfig")),
-    "nn.data_parallel.fully_sharded_data_parallel": Node(_FSDP, ("no_pre_load_state_dict_hook", "OffloadConfig")),
+    "nn.data_parallel.fully_sharded_data_parallel": Node(
+        _FSDP, ("no_pre_load_state_dict_hook", "OffloadConfig", *_FSDP_INTERNALS)),
     "nn.data_parallel.sharded_ddp": Node(("ShardedDataParallel",)),
     "nn.checkpoint": Node(_CHECKPOINT),
-    "nn.checkpoint.checkpoint_activations": Node((*_CHECKPOINT, "disable_checkpointing")),
+    "nn.checkpoint.checkpoint_activations": Node((*_CHECKPOINT, "disable_checkpointing"), (
+        *_CHECKPOINT_INTERNALS, "ThreadLocal", "ThreadLocalCheckpointingState", "thread_local", "enable_checkpointing",
+        "enable_recomputing")),
     "nn.misc": Node(("checkpoint_wrapper",), ("FlattenParamsWrapper", "GradBucket", "ParamBucket")),
-    "nn.misc.checkpoint_activations": Node(("checkpoint_wrapper",)),  # its home before 0.3.7
-    "nn.misc.flatten_params_wrapper": Node((), ("FlattenParamsWrapper",)),
+    "nn.misc.checkpoint_activations": Node(("checkpoint_wrapper",), _CHECKPOINT_INTERNALS),  # its home before 0.3.7
+    "nn.misc.flatten_params_wrapper": Node((), ("FlattenParamsWrapper", "FlatParameter", "FlatTypes", "ParamGroups")),
     "nn.wrap": Node(_WRAP),
     "nn.wrap.auto_wrap": Node((*_WRAP, "ConfigAutoWrap")),
     "optim": Node(("OSS",), ("AdaScale", "AdaScaleWrapper", "GradScaler", "Adam", "Precision")),
@@ -72,6 +79,7 @@ TREE: dict[str, Node] = {
     "utils.version": Node(("torch_version",)),
     "internal": Node(("torch_version",)),
     "internal.version": Node(("torch_version",)),
+    "version": Node(("__version_tuple__",)),  # 0.4.4 on; the root serves __version__ (and this) in every release
 }
 
 
@@ -206,7 +214,7 @@ def attach(module: str) -> tuple[Callable[[str], Any], Callable[[], list[str]], 
         mirrored = [c for c in children if _join(path, c) in TREE]
         return sorted({*vars(this), *node.served, *mirrored})
 
-    return __getattr__, __dir__, list(node.served)
+    return __getattr__, __dir__, [name for name in node.served if not name.startswith("_")]
 
 
 class _Finder(importlib.abc.MetaPathFinder):

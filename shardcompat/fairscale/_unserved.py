@@ -65,6 +65,21 @@ UNSERVED: dict[str, Row] = {
                     "keep importing it from fairscale: it does not depend on the classes served here"),
     "Top2Gate": Row("the MOELayer gate (see MOELayer)", "see MOELayer"),
     "Pipe": Row("pipeline parallelism, not data parallelism", "torch.distributed.pipelining"),
+    **dict.fromkeys(
+        ("CheckpointFunction", "ThreadLocal", "ThreadLocalCheckpointingState", "thread_local", "enable_checkpointing",
+         "enable_recomputing", "get_rng_state", "set_rng_state", "autocast", "is_autocast_enabled"),
+        Row("an internal of fairscale's checkpoint_wrapper (its autograd function, the RNG and autocast state it "
+            "carries to the recomputation, the thread-local phase it sets)",
+            "checkpoint_wrapper to checkpoint, is_checkpointing()/is_recomputing() to read the phase, "
+            "torch.utils.checkpoint for the rest")),
+    **dict.fromkeys(
+        ("alloc_storage_", "free_storage_", "cast_buffers_", "cast_floats_to_right_precision", "cast_inputs_to_fp16",
+         "p_assert"),
+        Row("an internal helper of fairscale's FullyShardedDataParallel (storage resizing, precision casts, asserts)",
+            "nothing: FullyShardedDataParallel(mixed_precision=True) casts, and torch FSDP manages its storage")),
+    **dict.fromkeys(("FlatParameter", "FlatTypes", "ParamGroups"),
+                    Row("the parameter type and aliases of FlattenParamsWrapper (see FlattenParamsWrapper)",
+                        "see FlattenParamsWrapper")),
     "PipeRPCWrapper": Row("RPC pipeline parallelism (see Pipe)", "torch.distributed.pipelining"),
 }
 
@@ -91,8 +106,6 @@ UNSERVED_MODULES: dict[str, Row] = {
     "experimental": Row("fairscale's experimental features (MEVO, OffloadModel, SlowMo DDP, SyncBatchNorm, "
                         "wgit, the layer memory tracker)",
                         "keep importing them from fairscale; torch.nn.SyncBatchNorm for SyncBatchNorm"),
-    "version": Row("fairscale's own version number (__version__, __version_tuple__)",
-                   "importlib.metadata.version('fairscale') when fairscale is installed; torch_version() for torch's"),
     "fair_dev": Row("fairscale's own test helpers (dist_init, DummyProcessGroup...)",
                     "torch.testing and a process group of your own (shardcompat.launch.spawn runs ranks)"),
     **{f"{root}.{name}": _INTERNAL for root in ("utils", "internal")

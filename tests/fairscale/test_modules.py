@@ -12,12 +12,17 @@ its ``recursive_wrap``), ``utils.torch_version``; and on 2 gloo ranks: ``Sharded
 from __future__ import annotations
 
 import copy
+import json
+import os
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from packaging import version
 from torch import nn
 
 from shardcompat.launch import spawn
@@ -126,6 +131,43 @@ def test_torch_version_from_both_old_paths() -> None:
     assert torch_version("1.10") == (1, 10, 0)
     assert torch_version("nightly") == ()
     assert torch_version() >= (1, 8, 0)
+
+
+_TRAINER_GATE = """
+import importlib.metadata, json, sys
+from packaging import version
+import shardcompat.fairscale as fairscale  # the Transformers 4.x Trainer's block, prefix swapped
+gate = version.parse(fairscale.__version__) >= version.parse("0.3")
+loaded = "fairscale" in sys.modules
+if gate:
+    from shardcompat.fairscale.nn.data_parallel import FullyShardedDataParallel as FullyShardedDDP
+else:
+    FullyShardedDDP = None
+from shardcompat.fairscale import __version_tuple__
+from shardcompat.fairscale.version import __version_tuple__ as from_module
+try:
+    installed = importlib.metadata.version("fairscale")
+except importlib.metadata.PackageNotFoundError:
+    installed = None
+print(json.dumps({"version": fairscale.__version__, "tuple": list(__version_tuple__),
+                  "same": from_module is __version_tuple__, "fsdp": FullyShardedDDP is not None,
+                  "installed": installed, "loaded": loaded}))
+"""
+
+
+@pytest.mark.parametrize("setting", ["auto", "native"])
+def test_version_gates_take_the_branch_they_took_under_fairscale(setting: str) -> None:
+    """``__version__`` is the fairscale API served: the installed release's, else 0.4.13."""
+    env = {**os.environ, "SHARDCOMPAT_FAIRSCALE": setting}
+    done = subprocess.run([sys.executable, "-c", _TRAINER_GATE], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    want = got["installed"] if got["installed"] and setting == "auto" else "0.4.13"
+    assert got["version"] == want
+    assert got["tuple"] == [int(part) for part in want.split(".")] and got["same"]
+    assert got["fsdp"] == (version.parse(want) >= version.parse("0.3"))
+    assert not got["loaded"], "reading the version must not import fairscale"
 
 
 # -- 2 ranks -------------------------------------------------------------------------------------

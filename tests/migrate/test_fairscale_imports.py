@@ -4,6 +4,7 @@ bindings, unserved names reported with the facade's reason, and rewritten import
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,25 @@ def test_rewritten_fixtures_import_for_real() -> None:
     script = "\n".join(statements) + "\nprint('imported', len(dir()))\n"
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_migrated_trainer_version_gate_runs_without_fairscale() -> None:
+    """The Transformers 4.x Trainer's ``import fairscale`` + ``fairscale.__version__`` gate moves
+    whole, and, run where fairscale is not installed, takes the FSDP branch on the facade."""
+    import subprocess
+    import sys
+
+    from .fixtures import ROOT
+
+    folder = ROOT / "py_fairscale_version_gate"
+    result = migrate_source((folder / "before.py").read_text(), FAIRSCALE)
+    assert result.code == (folder / "after.py").read_text() and "import fairscale\n" not in result.code
+    script = (result.code + "\nimport shardcompat.fairscale as facade\n"
+              "assert sharding_classes() == (facade.ShardedDataParallel, facade.OSS, facade.ShardedGradScaler, "
+              "facade.FullyShardedDataParallel, facade.auto_wrap)\nprint('ok')\n")
+    env = {**os.environ, "SHARDCOMPAT_FAIRSCALE": "native"}  # as if fairscale were not installed
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240, env=env)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
 
 def test_module_alias_with_many_uses() -> None:
