@@ -126,6 +126,9 @@ class Facts:
     positionals: bool = False
     #: fairscale module bindings by local name
     aliases: dict[str, AliasPlan] = field(default_factory=dict)
+    #: checks that fairscale is installed (``is_fairscale_available()``, ``dep_version_check("fairscale")``),
+    #: by line, in a file with fairscale imports the facade takes
+    guards: tuple[tuple[int, str], ...] = ()
     scanned_fairscale: bool = False
 
 
@@ -227,6 +230,37 @@ def _fairscale_bindings(tree: ast.Module) -> dict[str, AliasPlan]:
     return plans
 
 
+def _takes_fairscale_import(node: ast.stmt, moving: set[str]) -> bool:
+    """Whether the facade takes (part of) this fairscale import, as the rule will move it
+    (``moving``: the module bindings that move)."""
+    if isinstance(node, ast.ImportFrom) and not node.level and _is_fairscale(node.module):
+        return any(facade_resolve(f"{node.module}.{alias.name}")[0] == "served" or (alias.asname or alias.name) in moving
+                   for alias in node.names)
+    if isinstance(node, ast.Import):
+        return any(_is_fairscale(alias.name) and (alias.asname or alias.name.split(".", 1)[0]) in moving
+                   for alias in node.names)
+    return False
+
+
+def _fairscale_guards(tree: ast.Module, plans: dict[str, AliasPlan]) -> tuple[tuple[int, str], ...]:
+    """The installed-fairscale checks of a file whose fairscale imports move to the facade: the
+    Transformers 4.x Trainer's ``if is_fairscale_available():`` (and its ``dep_version_check``)
+    would skip the facade imports wherever fairscale is not installed."""
+    moving = {name for name, plan in plans.items() if plan.rewrite}
+    if not any(_takes_fairscale_import(node, moving) for node in ast.walk(tree) if isinstance(node, ast.stmt)):
+        return ()
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = _name(node.func)
+        if name == "is_fairscale_available" or (
+                name == "dep_version_check" and node.args and isinstance(node.args[0], ast.Constant)
+                and node.args[0].value == "fairscale"):
+            found.append((node.lineno, ast.unparse(node)))
+    return tuple(sorted(found))
+
+
 _POSITIONAL = re.compile(r"add_argument\(\s*[\"'][^-\"']")
 
 
@@ -243,6 +277,7 @@ def facts_of(tree: ast.Module, text: str, *, legacy: bool = True, fairscale: boo
         facts.scanned_fairscale = True
         if "fairscale" in text:
             facts.aliases = _fairscale_bindings(tree)
+            facts.guards = _fairscale_guards(tree, facts.aliases)
     return facts
 
 

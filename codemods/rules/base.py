@@ -57,10 +57,10 @@ def prepare(records: Records, code: str, facts: Facts | None = None) -> None:
         except (SyntaxError, ValueError):  # newer syntax than this Python reads: no facts
             facts = Facts()
     records.facts = facts
-    if facts.aliases:
-        from .fairscale.python import alias_findings
+    if facts.aliases or facts.guards:
+        from .fairscale.python import file_findings
 
-        records.warnings += alias_findings(facts)
+        records.warnings += file_findings(facts)
 
 
 def quote(module: cst.Module, node: cst.CSTNode) -> str:

@@ -85,6 +85,21 @@ def test_the_migrated_trainer_version_gate_runs_without_fairscale() -> None:
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
 
+def test_an_installed_fairscale_check_is_reported_only_where_imports_move() -> None:
+    """``is_fairscale_available()`` would skip the facade imports it guards where fairscale is
+    missing: reported (not rewritten: it may guard real fairscale too) once an import moves."""
+    guarded = ("from transformers.utils import is_fairscale_available\n"
+               "if is_fairscale_available():\n    from fairscale.optim import OSS\n")
+    result = migrate_source(guarded, FAIRSCALE)
+    assert "from shardcompat.fairscale.optim import OSS" in result.code and "if is_fairscale_available():" in result.code
+    (warning,) = result.warnings
+    assert (warning.line, warning.rule) == (2, "fairscale-guard") and "always importable" in warning.hint
+    staying = guarded.replace("import OSS", "import AdaScale")
+    assert [w.rule for w in migrate_source(staying, FAIRSCALE).warnings] == ["fairscale-unsupported"]
+    unrelated = "from transformers.utils import is_fairscale_available\nok = is_fairscale_available()\n"
+    assert not migrate_source(unrelated, FAIRSCALE).warnings
+
+
 def test_module_alias_with_many_uses() -> None:
     uses = "".join(f"    opt{i} = optim.OSS(params, lr=0.{i + 1})\n" for i in range(27))
     source = f"import fairscale.optim as optim\n\n\ndef test(params):\n{uses}"

@@ -29,10 +29,11 @@ from ...formats.pyscan import FACADE, AliasPlan, Facts
 from ...run.report import Edit, Finding
 from ..base import Rule, quote
 
-__all__ = ["FACADE", "RULE", "UNSERVED", "FairscaleImports", "alias_findings"]
+__all__ = ["FACADE", "GUARD", "RULE", "UNSERVED", "FairscaleImports", "file_findings"]
 
 RULE = "fairscale-import"
 UNSERVED = "fairscale-unsupported"
+GUARD = "fairscale-guard"
 _HINT = f"import it from fairscale directly or ask for it in {FACADE}"
 
 Statement = Union[cst.SimpleStatementLine, cst.FlattenSentinel[cst.SimpleStatementLine]]
@@ -67,10 +68,13 @@ def _why(dotted: str, module: bool = False) -> str:
     return f"{dotted} is not served by {FACADE}"
 
 
-def alias_findings(facts: Facts) -> list[Finding]:
-    """One warning for each fairscale binding that stays on fairscale, at its import, with the
-    uses that keep it there."""
-    found = []
+def file_findings(facts: Facts) -> list[Finding]:
+    """The file-level warnings: each fairscale binding that stays on fairscale (at its import,
+    with the uses that keep it there), and each check for an installed fairscale that would now
+    skip the facade imports it guards."""
+    found = [Finding(line, GUARD, f"{call}: passes only where fairscale is installed, so what it guards skips "
+                     f"{FACADE} wherever fairscale is not", f"drop the check: {FACADE} is always importable")
+             for line, call in facts.guards]
     for plan in facts.aliases.values():
         bound = f"{plan.local} ({plan.module})"
         if plan.rewrite:
