@@ -105,4 +105,8 @@ def describe() -> list[str]:
     lines.append("auto_wrap, enable_wrap, wrap, default_auto_wrap_policy, config_auto_wrap_policy, auto_wrap_bn, "
                  "get_fsdp_instances, ConfigAutoWrap: shardcompat (with the FullyShardedDataParallel above)")
     lines.append("torch_version: shardcompat")
+    from ._version import MIRRORED_RELEASE, fairscale_api_version
+
+    lines.append(f"__version__: {fairscale_api_version()} (what version gates read: the installed fairscale's own, "
+                 f"else {MIRRORED_RELEASE}, the release the native classes mirror)")
     return lines

@@ -169,6 +169,9 @@ def test_describe_names_every_class() -> None:
     lines = _select.describe()
     for name in _select.FAMILIES:
         assert any(line.startswith(f"{name}: ") for line in lines), lines
+    import shardcompat.fairscale as facade
+
+    assert f"__version__: {facade.__version__} (" in lines[-1]
 
 
 @pytest.mark.fairscale
@@ -176,7 +179,7 @@ def test_real_fairscale_serves_sharded_ddp_where_it_works(results: dict[str, Any
     probe = get_backend("fairscale-sdp").probe()
     if not probe:
         pytest.skip(f"fairscale-sdp unusable here: {probe.reason}")
-    if _select._setting() == "native":
+    if _select.setting() == "native":
         pytest.skip(f"{_select.ENV}=native")
     oss_module, sdp_module = _ok(results, "sdp-mlp")["classes"]
     assert oss_module.startswith("fairscale.") and sdp_module == "shardcompat.fairscale._sdp"
@@ -190,7 +193,7 @@ def test_real_fairscale_serves_fsdp_where_it_works(results: dict[str, Any]) -> N
     probe = get_backend("fairscale-fsdp").probe()
     if not probe:
         pytest.skip(f"fairscale-fsdp unusable here: {probe.reason}")
-    if _select._setting() == "native":
+    if _select.setting() == "native":
         pytest.skip(f"{_select.ENV}=native")
     expected = torch.cuda.is_available() or probe.features["cpu_compat"]
     assert _select.choose("fsdp").impl == ("fairscale" if expected else "native")
