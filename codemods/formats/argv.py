@@ -7,10 +7,10 @@ import json
 import re
 from dataclasses import dataclass
 
-from ..rules.sharded_ddp.flags import HINTS, Issue, Rewrite, plan_argv
+from ..rules.sharded_ddp.flags import HINTS, plan_argv
 from ..run.context import Settings
 from . import jsonspan
-from .spans import SpanEdit
+from .spans import Issue, Rewrite, SpanEdit
 
 __all__ = ["ArgvItem", "argv_edits", "argv_rewrite"]
 

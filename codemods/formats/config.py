@@ -14,12 +14,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..rules.sharded_ddp.flags import FLAG, HINTS, Issue, Rewrite, meaning, translate
+from ..rules.sharded_ddp.flags import FLAG, HINTS, meaning, translate
 from ..run.context import Settings
 from . import jsonspan
 from .argv import ArgvItem, argv_edits, argv_rewrite
 from .shell import commands
-from .spans import SpanEdit, block_end, gaps
+from .spans import Issue, Rewrite, SpanEdit, block_end, gaps
 
 __all__ = ["rewrite_json", "rewrite_keys", "rewrite_yaml", "rewrite_yaml_argv", "rewrite_yaml_steps", "validate"]
 

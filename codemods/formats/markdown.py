@@ -6,11 +6,11 @@ from __future__ import annotations
 import re
 import textwrap
 
-from ..rules.sharded_ddp.flags import FLAG, FSDP_FLAG, Rewrite
+from ..rules.sharded_ddp.flags import FLAG, FSDP_FLAG
 from ..run.context import Settings, legacy_names_in
 from .python import PythonHook
 from .shell import commands
-from .spans import SpanEdit, block_end, gaps
+from .spans import Rewrite, SpanEdit, block_end, gaps
 
 __all__ = ["rewrite_markdown", "rewrite_rst"]
 

@@ -14,14 +14,13 @@ import json
 import re
 from collections.abc import Callable
 
-from ..rules.sharded_ddp.flags import Issue, Rewrite
 from ..run.context import Settings, legacy_names_in, needles
 from ..run.report import Edit
 from . import jsonspan
 from .kinds import detect_kind
 from .python import NOT_PARSED, PythonHook
 from .shell import commands
-from .spans import SpanEdit, apply_spans
+from .spans import Issue, Rewrite, SpanEdit, apply_spans
 
 __all__ = ["rewrite_notebook"]
 

@@ -19,10 +19,9 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from ..rules import python_rules
-from ..rules.sharded_ddp.flags import Issue, Rewrite
 from ..run.context import Settings
 from ..run.report import Edit, FileReport, Finding
-from .spans import SpanEdit, apply_spans, file_skipped
+from .spans import Issue, Rewrite, SpanEdit, apply_spans, file_skipped
 
 if TYPE_CHECKING:
     from ..rules.base import Records

@@ -1,6 +1,6 @@
 """Shell scripts, Makefiles and Dockerfiles: every command line by the flag rules.
 
-Each rewriter takes the decoded text and returns a :class:`~codemods.rules.sharded_ddp.flags.Rewrite` of span
+Each rewriter takes the decoded text and returns a :class:`~codemods.formats.spans.Rewrite` of span
 edits; nothing is re-serialised.
 """
 
@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import re
 
-from ..rules.sharded_ddp.flags import FLAG, Rewrite, rewrite_commands
+from ..rules.sharded_ddp.flags import FLAG, rewrite_commands
 from ..run.context import Settings
 from . import jsonspan
 from .argv import argv_rewrite
-from .spans import gaps
+from .spans import Rewrite, gaps
 
 __all__ = ["commands", "rewrite_dockerfile", "rewrite_shell"]
 

@@ -11,13 +11,15 @@ import bisect
 import codecs
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
     "SKIP_MARKER",
     "Decoded",
+    "Issue",
     "LineIndex",
+    "Rewrite",
     "SpanEdit",
     "apply_spans",
     "block_end",
@@ -46,6 +48,32 @@ class SpanEdit:
     note: str = ""
     #: Ready-made report records (Python blocks report their own edits, by line).
     records: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True)
+class Issue:
+    """A spot left as is, with the reason."""
+
+    offset: int
+    rule: str
+    message: str
+    hint: str = ""
+    #: Set when the issue comes with its own line number (Python blocks inside other files).
+    line: int = 0
+
+
+@dataclass
+class Rewrite:
+    """Span edits to apply, edits held back for review, and issues."""
+
+    edits: list[SpanEdit] = field(default_factory=list)
+    review: list[SpanEdit] = field(default_factory=list)
+    issues: list[Issue] = field(default_factory=list)
+
+    def extend(self, other: Rewrite) -> None:
+        self.edits += other.edits
+        self.review += other.review
+        self.issues += other.issues
 
 
 def apply_spans(text: str, edits: Iterable[SpanEdit]) -> str:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 
 from ..formats.spans import (
     LineIndex,
+    Rewrite,
     SpanEdit,
     apply_spans,
     decode,
@@ -18,7 +19,6 @@ from ..formats.spans import (
     marker_lines,
     one_line,
 )
-from ..rules.sharded_ddp.flags import Rewrite
 from .context import Settings, needles
 from .report import Edit, FileReport, Finding
 

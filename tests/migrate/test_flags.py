@@ -8,15 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from codemods.formats.commands import command_segments, looks_like_command
 from codemods.formats.spans import apply_spans
-from codemods.rules.sharded_ddp.flags import (
-    argv_action,
-    command_segments,
-    looks_like_command,
-    meaning,
-    plan_argv,
-    rewrite_commands,
-)
+from codemods.rules.sharded_ddp.flags import argv_action, meaning, plan_argv, rewrite_commands
 
 
 def migrate(text: str, to: str = "list", form: str = "config") -> str:

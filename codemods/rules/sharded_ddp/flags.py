@@ -25,7 +25,16 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from ...formats.spans import SpanEdit
+from ...formats.commands import (
+    HSPACE,
+    PLACEHOLDER,
+    command_segments,
+    looks_like_command,
+    quiet_command,
+    quote_context,
+    removal_span,
+)
+from ...formats.spans import Issue, Rewrite, SpanEdit
 from ...run.context import FsdpForm, Target
 
 if TYPE_CHECKING:
@@ -34,15 +43,10 @@ if TYPE_CHECKING:
 __all__ = [
     "FLAG",
     "HINTS",
-    "PLACEHOLDER",
     "ArgvAction",
     "ArgvStep",
-    "Issue",
     "Meaning",
-    "Rewrite",
     "argv_action",
-    "command_segments",
-    "looks_like_command",
     "meaning",
     "plan_argv",
     "rewrite_commands",
@@ -51,8 +55,6 @@ __all__ = [
 
 FLAG = "--sharded_ddp"
 FSDP_FLAG = "--fsdp"
-#: Stands for an f-string expression or other opaque text inside a span; never a value.
-PLACEHOLDER = "\ue000"
 
 _TRUE = frozenset({"true", "1", "yes"})
 _FALSE = frozenset({"false", "0", "no"})
@@ -70,14 +72,7 @@ HINTS = {
 }
 _FLAG_RE = re.compile(r"(?<![\w-])--sharded_ddp(?![\w-])")
 _BLANK = re.compile(r"(?:[ \t]|\\\r?\n)*")
-_HSPACE = re.compile(r"[ \t]*")
 _WORD_END = re.compile(r"[\s;&|()`'\"<>]")
-_QUIET_COMMANDS = frozenset({"echo", "printf", "print", "log", "logger", "cat", "grep", "sed",
-                             "awk", ":", "#"})
-_LAUNCHERS = frozenset({"python", "python3", "torchrun", "accelerate", "deepspeed", "bash", "sh",
-                        "zsh", "srun", "mpirun", "horovodrun", "env", "nohup", "time", "exec",
-                        "sudo", "uv", "poetry", "conda", "pipenv", "$", "%run", "run",
-                        "launch", "trainer", "mpiexec", "sbatch"})
 
 
 # --------------------------------------------------------------------------- values
@@ -225,96 +220,6 @@ def argv_action(next_value: str | None, to: Target, *, opaque: bool = False,
 # --------------------------------------------------------------------------- command text
 
 
-@dataclass(frozen=True)
-class Issue:
-    """A spot left as is, with the reason."""
-
-    offset: int
-    rule: str
-    message: str
-    hint: str = ""
-    #: Set when the issue comes with its own line number (Python blocks inside other files).
-    line: int = 0
-
-
-@dataclass
-class Rewrite:
-    """Span edits to apply, edits held back for review, and issues."""
-
-    edits: list[SpanEdit] = field(default_factory=list)
-    review: list[SpanEdit] = field(default_factory=list)
-    issues: list[Issue] = field(default_factory=list)
-
-    def extend(self, other: Rewrite) -> None:
-        self.edits += other.edits
-        self.review += other.review
-        self.issues += other.issues
-
-
-def command_segments(text: str, start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
-    """Split shell text into simple commands, dropping comments.
-
-    Quotes and backslash escapes are respected; ``\\`` + newline continues a command; ``;``,
-    ``&``, ``|``, ``(``, ``)``, backticks and newlines separate commands.
-    """
-    stop = len(text) if end is None else end
-    segments: list[tuple[int, int]] = []
-    seg = i = start
-    quote = ""
-    while i < stop:
-        c = text[i]
-        if quote:
-            if c == "\\" and quote == '"':
-                i += 1
-            elif c == quote:
-                quote = ""
-        elif c == "\\":
-            i += 1
-        elif c in "'\"":
-            quote = c
-        elif c == "#" and (i == seg or text[i - 1] in " \t"):
-            segments.append((seg, i))
-            newline = text.find("\n", i, stop)
-            i = seg = stop if newline < 0 else newline + 1
-            continue
-        elif c in "\n;&|()`":
-            segments.append((seg, i))
-            seg = i + 1
-        i += 1
-    segments.append((seg, stop))
-    return [(a, b) for a, b in segments if text[a:b].strip()]
-
-
-def _words(segment: str) -> list[str]:
-    return segment.replace("\\\n", " ").split()
-
-
-def _first_word(segment: str) -> str:
-    for word in _words(segment):
-        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", word):  # skip VAR=value prefixes
-            return word.lstrip("!@")
-    return ""
-
-
-def looks_like_command(segment: str) -> bool:
-    """A command line rather than prose: starts with an option, a launcher or a script path."""
-    word = _first_word(segment)
-    if not word:
-        return False
-    name = word.rsplit("/", 1)[-1]
-    return (
-        word.startswith(("-", "$", PLACEHOLDER))  # an option, or "$PYTHON"/"{python}" running something
-        or name in _LAUNCHERS
-        or re.match(r"^python[0-9.]*$", name) is not None
-        or name.endswith((".py", ".sh"))
-        or "/" in word
-    )
-
-
-def _quiet(segment: str) -> bool:
-    return _first_word(segment) in _QUIET_COMMANDS
-
-
 def rewrite_commands(
     text: str,
     start: int = 0,
@@ -342,7 +247,7 @@ def rewrite_commands(
         return result
     for a, b in command_segments(text, start, stop):
         segment = text[a:b]
-        if FLAG not in segment or _quiet(segment) or (prose_guard and not looks_like_command(segment)):
+        if FLAG not in segment or quiet_command(segment) or (prose_guard and not looks_like_command(segment)):
             continue
         found = _rewrite_segment(text, a, b, to, quote, form, split_words)
         if local_scripts and any(name in segment for name in local_scripts):
@@ -393,22 +298,6 @@ def _find_value(text: str, fe: int, b: int) -> tuple[int, int, int, int] | None:
     return (pos, *value)
 
 
-def _quote_context(text: str, a: int, pos: int) -> str:
-    """The shell quote ``text[pos]`` sits inside (``'``, ``"`` or ``""``), from ``a`` on."""
-    quote = ""
-    i = a
-    while i < pos:
-        c = text[i]
-        if c == "\\" and quote != "'":
-            i += 1
-        elif quote and c == quote:
-            quote = ""
-        elif not quote and c in "'\"":
-            quote = c
-        i += 1
-    return quote
-
-
 def _shell_json(config: dict[str, Any], context: str) -> str:
     """``fsdp_config`` JSON as one shell word, quoted to survive where it is written."""
     text = fsdp_json(config)
@@ -442,11 +331,11 @@ def _rewrite_segment(text: str, a: int, b: int, to: Target, quote: str, form: Fs
             result.issues.append(Issue(fs, plan.rule, f"--sharded_ddp {raw}: {plan.problem}",
                                        HINTS[plan.rule]))
         elif plan.drop:
-            start, stop = _removal(text, fs, vend, a, b)
+            start, stop = removal_span(text, fs, vend, a, b)
             result.edits.append(SpanEdit(start, stop, "", "flag-false"))
         elif plan.fsdp_config is not None:
             config = (json.dumps(plan.fsdp_config, separators=(",", ":")) if split_words
-                      else _shell_json(plan.fsdp_config, _quote_context(text, a, fs)))
+                      else _shell_json(plan.fsdp_config, quote_context(text, a, fs)))
             result.edits.append(SpanEdit(fs, fe if value is None else vend,
                                          f"{new_flag} --fsdp_config {config}", "to-fsdp", plan.note))
         elif plan.value is not None:
@@ -466,7 +355,7 @@ def _rewrite_segment(text: str, a: int, b: int, to: Target, quote: str, form: Fs
 def _extend_words(text: str, end: int, stop: int) -> int:
     """Take the following words too while they are list-syntax words (``zero_dp_2 offload``)."""
     while True:
-        pos = _HSPACE.match(text, end, stop).end()  # type: ignore[union-attr]
+        pos = HSPACE.match(text, end, stop).end()  # type: ignore[union-attr]
         value = _value_at(text, pos, stop) if pos > end else None
         if value is None or text[pos] in "'\"-" or not _is_list_word(text[value[0]:value[1]]):
             return end
@@ -478,29 +367,6 @@ def _is_list_word(word: str) -> bool:
 
     key = word.split("=", 1)[0].lower().replace("-", "_")
     return key in (TUNABLES if "=" in word else TOKENS)
-
-
-_CONTINUATION = re.compile(r"\\\r?\n")
-_CONTINUED_BEFORE = re.compile(r"[ \t]*\\\r?\n\Z")
-
-
-def _removal(text: str, fs: int, vend: int, a: int, b: int) -> tuple[int, int]:
-    """The span to delete for a false flag: the flag, its value and the blank joining them."""
-    line_start = max(text.rfind("\n", 0, fs) + 1, a)
-    alone = not text[line_start:fs].strip()
-    after = _HSPACE.match(text, vend, b).end()  # type: ignore[union-attr]
-    continued = _CONTINUATION.match(text, after)
-    if alone and continued:
-        return line_start, continued.end()  # a whole "    --sharded_ddp false \" line
-    back = len(text[:fs].rstrip(" \t"))
-    back = max(back, a)
-    if alone and back == line_start:
-        before = _CONTINUED_BEFORE.search(text, a, back)
-        if before:
-            back = before.start()  # the last line of a continued command
-    if back < fs:
-        return back, vend
-    return fs, after
 
 
 @dataclass(frozen=True)

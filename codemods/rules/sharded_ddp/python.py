@@ -25,6 +25,7 @@ from typing import Any, Union
 
 import libcst as cst
 
+from ...formats.commands import PLACEHOLDER
 from ...formats.pyscan import QUIET_KEYWORDS, quiet_call
 from ...formats.spans import SpanEdit, apply_spans, one_line
 from ...run.context import Target
@@ -33,7 +34,6 @@ from ..base import Records, Rule, quote
 from .flags import (
     FLAG,
     FSDP_FLAG,
-    PLACEHOLDER,
     Meaning,
     meaning,
     plan_argv,

@@ -1,9 +1,9 @@
 """The legacy ``TrainingArguments`` flags on command lines (shell scripts, Makefiles, Markdown and
 RST code blocks, notebook ``!`` lines), by the plans of :mod:`.plans`.
 
-Command lines are split by the ``--sharded_ddp`` rules' own reader
-(:func:`~codemods.rules.sharded_ddp.flags.command_segments`), so quoting, continuations and
-comments are read the same way.  A flag is read as 4.x's ``HfArgumentParser`` read it: a boolean
+Command lines are found by the reader every table's command-line rule shares
+(:mod:`codemods.formats.commands`), so quoting, continuations and comments are read as for
+``--sharded_ddp``.  A flag is read as 4.x's ``HfArgumentParser`` read it: a boolean
 field takes an optional ``true``/``false`` word (bare means true), any other field the next word.
 ``--evaluation_strategy steps`` becomes ``--eval_strategy steps``; ``--adafactor`` becomes
 ``--optim adafactor``; a no-op (``--fp16_backend auto``) goes with its value; a value that is a
@@ -17,16 +17,14 @@ from typing import Any
 
 from shardcompat.transformers.legacy_table import FIELDS, Kind, LegacyName
 
-from ...formats.spans import SpanEdit
-from ..sharded_ddp.flags import (
-    Issue,
-    Rewrite,
-    _quiet,
-    _quote_context,
-    _removal,
+from ...formats.commands import (
     command_segments,
     looks_like_command,
+    quiet_command,
+    quote_context,
+    removal_span,
 )
+from ...formats.spans import Issue, Rewrite, SpanEdit
 from .plans import NOT_LITERAL, Plan, plan_field, rows_named
 from .python import UNMIGRATED
 
@@ -81,7 +79,7 @@ def rewrite_flags(text: str, start: int = 0, end: int | None = None, *, prose_gu
         return result
     for a, b in command_segments(text, start, stop):
         segment = text[a:b]
-        if not _FLAG.search(segment) or _quiet(segment) or (prose_guard and not looks_like_command(segment)):
+        if not _FLAG.search(segment) or quiet_command(segment) or (prose_guard and not looks_like_command(segment)):
             continue
         for match in _FLAG.finditer(text, a, b):
             result.extend(_one(text, match, a, b))
@@ -107,7 +105,7 @@ def _one(text: str, match: re.Match[str], a: int, b: int) -> Rewrite:
     value: Any = True if word is None and row.type is bool else (NOT_LITERAL if word is None else _value(row, word))
     plan = plan_field(row, value)
     if plan.action == "set":
-        new_value = _written(plan.value, _quote_context(text, a, fs))
+        new_value = _written(plan.value, quote_context(text, a, fs))
         if new_value is None:
             plan = Plan("report", message=f"{row.name}: becomes {plan.name}={plan.value!r}, which this command "
                         "line cannot carry as written", hint=f"write {row.replacement}")
@@ -134,4 +132,4 @@ def _span_to_drop(text: str, fs: int, vend: int, a: int, b: int) -> tuple[int, i
         after += 1
     if not text[line_start:fs].strip() and after < b and text[after] not in "\\\r\n":
         return fs, after
-    return _removal(text, fs, vend, a, b)
+    return removal_span(text, fs, vend, a, b)
