@@ -220,29 +220,18 @@ def test_every_module_of_the_installed_fairscale_is_mirrored_or_refused() -> Non
     assert not missing, f"neither mirrored (_tree.TREE) nor refused (_unserved.UNSERVED_MODULES): {missing}"
 
 
-@pytest.mark.fairscale
-def test_every_name_a_fairscale_module_defines_is_served_or_refused_at_the_same_path() -> None:
-    """A mirrored module's own public functions, classes and objects (not those it imports)."""
-    _fairscale_files()
-    unknown, checked = [], 0
-    for path in MIRRORED:
-        try:
-            module = importlib.import_module(f"fairscale.{path}")
-        except ImportError:
-            continue
-        checked += 1
-        node = _tree.TREE[path]
-        unknown += [f"fairscale.{path}.{name}" for name, value in vars(module).items()
-                    if not name.startswith("_") and not isinstance(value, types.ModuleType)
-                    and getattr(value, "__module__", None) == module.__name__
-                    and name not in node.served and name not in node.unserved]
-    assert checked, "no mirrored module of the installed fairscale was importable"
-    assert not unknown, f"defined by fairscale but neither served nor refused there: {unknown}"
+def _offered(module: types.ModuleType) -> list[str]:
+    """What a fairscale module offers: a package, the fairscale names it gathers (its modules'
+    ``__all__`` are empty); any module, the public functions, classes and objects it defines."""
+    package = hasattr(module, "__path__")
+    return [name for name, value in vars(module).items()
+            if not name.startswith("_") and not isinstance(value, types.ModuleType)
+            and (getattr(value, "__module__", None) == module.__name__
+                 or (package and str(getattr(value, "__module__", "")).startswith("fairscale")))]
 
 
 @pytest.mark.fairscale
-def test_every_name_a_fairscale_package_offers_is_served_or_refused_at_the_same_path() -> None:
-    """The packages are where fairscale gathers its public names (its modules' __all__ are empty)."""
+def test_every_name_a_fairscale_module_offers_is_served_or_refused_at_the_same_path() -> None:
     _fairscale_files()
     unknown, checked = [], 0
     for path in MIRRORED:
@@ -250,18 +239,11 @@ def test_every_name_a_fairscale_package_offers_is_served_or_refused_at_the_same_
             module = importlib.import_module(f"fairscale.{path}")
         except ImportError:
             continue  # this release predates the path; the facade still offers it
-        if not hasattr(module, "__path__"):
-            continue
         checked += 1
         node = _tree.TREE[path]
-        for name, value in vars(module).items():
-            if name.startswith("_") or isinstance(value, types.ModuleType):
-                continue
-            if not getattr(value, "__module__", "").startswith("fairscale"):
-                continue  # typing names, torch re-exports
-            if name not in node.served and name not in node.unserved:
-                unknown.append(f"fairscale.{path}.{name}")
-    assert checked, "no mirrored package of the installed fairscale was importable"
+        unknown += [f"fairscale.{path}.{name}" for name in _offered(module)
+                    if name not in node.served and name not in node.unserved]
+    assert checked, "no mirrored module of the installed fairscale was importable"
     assert not unknown, f"offered by fairscale but neither served nor refused there: {unknown}"
 
 
