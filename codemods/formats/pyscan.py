@@ -28,6 +28,9 @@ __all__ = [
     "Unit",
     "facade_resolve",
     "facts_of",
+    "from_import_moves",
+    "import_moves",
+    "is_fairscale",
     "quiet_call",
     "scan",
 ]
@@ -150,7 +153,8 @@ def _dotted(node: ast.AST) -> str | None:
     return None
 
 
-def _is_fairscale(module: str | None) -> bool:
+def is_fairscale(module: str | None) -> bool:
+    """``fairscale`` or a module under it."""
     return module is not None and (module == "fairscale" or module.startswith("fairscale."))
 
 
@@ -180,11 +184,11 @@ def _fairscale_bindings(tree: ast.Module) -> dict[str, AliasPlan]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                if _is_fairscale(alias.name):
+                if is_fairscale(alias.name):
                     local = alias.asname or alias.name.split(".", 1)[0]
                     bound[local] = alias.name if alias.asname else "fairscale"
                     where.setdefault(local, node.lineno)
-        elif isinstance(node, ast.ImportFrom) and not node.level and _is_fairscale(node.module):
+        elif isinstance(node, ast.ImportFrom) and not node.level and is_fairscale(node.module):
             for alias in node.names:
                 # a submodule bound by name (``from fairscale.nn import data_parallel``)
                 if alias.name != "*" and facade_resolve(f"{node.module}.{alias.name}")[0] == "module":
@@ -230,15 +234,29 @@ def _fairscale_bindings(tree: ast.Module) -> dict[str, AliasPlan]:
     return plans
 
 
-def _takes_fairscale_import(node: ast.stmt, moving: set[str]) -> bool:
-    """Whether the facade takes (part of) this fairscale import, as the rule will move it
-    (``moving``: the module bindings that move)."""
-    if isinstance(node, ast.ImportFrom) and not node.level and _is_fairscale(node.module):
-        return any(facade_resolve(f"{node.module}.{alias.name}")[0] == "served" or (alias.asname or alias.name) in moving
-                   for alias in node.names)
+def import_moves(module: str, local: str, aliases: dict[str, AliasPlan]) -> bool:
+    """Whether ``import {module} [as local]`` moves to the facade: a fairscale module the facade
+    mirrors, bound to a name whose every use it serves."""
+    plan = aliases.get(local)
+    return (is_fairscale(module) and plan is not None and plan.rewrite
+            and facade_resolve(module, module=True)[0] == "module")
+
+
+def from_import_moves(module: str, name: str, local: str, aliases: dict[str, AliasPlan]) -> bool:
+    """Whether ``name`` of ``from {module} import {name} [as local]`` moves to the facade: a
+    served name, or a submodule bound to a name whose every use the facade serves."""
+    kind = facade_resolve(f"{module}.{name}")[0]
+    plan = aliases.get(local)
+    return kind == "served" or (kind == "module" and plan is not None and plan.rewrite)
+
+
+def _moves_fairscale(node: ast.stmt, aliases: dict[str, AliasPlan]) -> bool:
+    """Whether the facade takes (part of) this import statement, as the rule will move it."""
+    if isinstance(node, ast.ImportFrom) and not node.level and is_fairscale(node.module):
+        module = node.module or ""
+        return any(from_import_moves(module, a.name, a.asname or a.name, aliases) for a in node.names)
     if isinstance(node, ast.Import):
-        return any(_is_fairscale(alias.name) and (alias.asname or alias.name.split(".", 1)[0]) in moving
-                   for alias in node.names)
+        return any(import_moves(a.name, a.asname or a.name.split(".", 1)[0], aliases) for a in node.names)
     return False
 
 
@@ -246,8 +264,7 @@ def _fairscale_guards(tree: ast.Module, plans: dict[str, AliasPlan]) -> tuple[tu
     """The installed-fairscale checks of a file whose fairscale imports move to the facade: the
     Transformers 4.x Trainer's ``if is_fairscale_available():`` (and its ``dep_version_check``)
     would skip the facade imports wherever fairscale is not installed."""
-    moving = {name for name, plan in plans.items() if plan.rewrite}
-    if not any(_takes_fairscale_import(node, moving) for node in ast.walk(tree) if isinstance(node, ast.stmt)):
+    if not any(_moves_fairscale(node, plans) for node in ast.walk(tree) if isinstance(node, ast.stmt)):
         return ()
     found = []
     for node in ast.walk(tree):
@@ -394,9 +411,9 @@ class _Finder:
 
     def _fairscale(self, node: ast.AST) -> bool:
         if isinstance(node, ast.Import):
-            return any(_is_fairscale(a.name) for a in node.names)
+            return any(is_fairscale(a.name) for a in node.names)
         if isinstance(node, ast.ImportFrom):
-            return not node.level and _is_fairscale(node.module)
+            return not node.level and is_fairscale(node.module)
         if isinstance(node, ast.Attribute):
             dotted = _dotted(node)
             plan = self.facts.aliases.get(dotted.split(".", 1)[0]) if dotted else None

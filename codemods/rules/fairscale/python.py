@@ -49,10 +49,6 @@ def _dotted(node: cst.CSTNode | None) -> str | None:
     return None
 
 
-def _is_fairscale(module: str | None) -> bool:
-    return module is not None and (module == "fairscale" or module.startswith("fairscale."))
-
-
 def _facade(module: str) -> cst.Attribute:
     """``fairscale.x.y`` -> the expression ``shardcompat.fairscale.x.y``."""
     node = cst.parse_expression(f"shardcompat.{module}")
@@ -125,12 +121,10 @@ class FairscaleImports(Rule):
         names = list(updated_node.names)
         changed = False
         for index, alias in enumerate(names):
-            module = _dotted(alias.name)
-            local = alias.evaluated_alias or (module or "").split(".", 1)[0]
-            plan = self.aliases.get(local)
-            if _is_fairscale(module) and plan is not None and plan.rewrite \
-                    and pyscan.facade_resolve(module or "", module=True)[0] == "module":
-                names[index] = alias.with_changes(name=_facade(module or ""))
+            module = _dotted(alias.name) or ""
+            local = alias.evaluated_alias or module.split(".", 1)[0]
+            if pyscan.import_moves(module, local, self.aliases):
+                names[index] = alias.with_changes(name=_facade(module))
                 changed = True
         if not changed:
             return updated_node
@@ -167,7 +161,7 @@ class FairscaleImports(Rule):
             return updated_node
         node = updated_node.body[0]
         module = _dotted(node.module) if node.module is not None else None
-        if node.relative or not _is_fairscale(module):
+        if node.relative or not pyscan.is_fairscale(module):
             return updated_node
         line = self.line(original_node)
         if self._skipped(line):
@@ -182,13 +176,11 @@ class FairscaleImports(Rule):
         moved, kept = [], []
         for alias in node.names:
             name = _dotted(alias.name) or ""
-            kind = pyscan.facade_resolve(f"{module}.{name}")[0]
-            plan = self.aliases.get(alias.evaluated_alias or name)
-            if kind == "served" or (kind == "module" and plan is not None and plan.rewrite):
+            if pyscan.from_import_moves(module, name, alias.evaluated_alias or name, self.aliases):
                 moved.append(alias)
                 continue
             kept.append(alias)
-            if kind != "module":  # a module binding left on fairscale is reported with its uses
+            if pyscan.facade_resolve(f"{module}.{name}")[0] != "module":  # a module binding: reported with its uses
                 self._warn(line, f"{_why(f'{module}.{name}')}; left on 'from {module} import'")
         if not moved:
             return updated_node
