@@ -52,6 +52,7 @@ __all__ = [
     "recover",
     "sha256",
     "verify",
+    "write_json",
     "write_manifest",
 ]
 
@@ -100,7 +101,7 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def _write_json(path: Path, body: Mapping[str, Any]) -> None:
+def write_json(path: Path, body: Mapping[str, Any]) -> None:
     """Write ``path`` whole or not at all (a sibling ``.partial`` renamed over it)."""
     tmp = path.with_name(path.name + ".partial")
     tmp.write_text(json.dumps(body, indent=2, sort_keys=True, default=str))
@@ -114,7 +115,7 @@ def write_manifest(root: Path, manifest: Mapping[str, Any]) -> None:
     for file in root.rglob("*"):
         if file.is_file():
             _fsync(file)
-    _write_json(root / MANIFEST, {**manifest, "files": file_digests(root)})
+    write_json(root / MANIFEST, {**manifest, "files": file_digests(root)})
 
 
 # ---------------------------------------------------------------------- ownership
@@ -199,7 +200,7 @@ def commit(staging: Path, target: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     journal = {"staging": staging.name, "add": added, "remove": sorted(owned - {*added, MANIFEST})}
-    _write_json(target / JOURNAL, journal)  # the commit point
+    write_json(target / JOURNAL, journal)  # the commit point
     _roll_forward(target, journal)
 
 

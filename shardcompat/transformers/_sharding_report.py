@@ -84,11 +84,11 @@ def _show(prepared: Prepared, backend: str, output_dir: str, model_bytes: int) -
     }
     print("\n".join(_render(report, plan_lines)), flush=True)
     if os.environ.get(JSON_ENV) == "1":
-        from .._atomic import _write_json
+        from .._atomic import write_json
 
         path = Path(output_dir) / FILENAME
         path.parent.mkdir(parents=True, exist_ok=True)
-        _write_json(path, report)
+        write_json(path, report)
         print(f"[shardcompat] written to {path}", flush=True)
 
 
