@@ -65,6 +65,7 @@ UNSERVED: dict[str, Row] = {
                     "keep importing it from fairscale: it does not depend on the classes served here"),
     "Top2Gate": Row("the MOELayer gate (see MOELayer)", "see MOELayer"),
     "Pipe": Row("pipeline parallelism, not data parallelism", "torch.distributed.pipelining"),
+    "PipeRPCWrapper": Row("RPC pipeline parallelism (see Pipe)", "torch.distributed.pipelining"),
     **dict.fromkeys(
         ("CheckpointFunction", "ThreadLocal", "ThreadLocalCheckpointingState", "thread_local", "enable_checkpointing",
          "enable_recomputing", "get_rng_state", "set_rng_state", "autocast", "is_autocast_enabled"),
@@ -80,7 +81,6 @@ UNSERVED: dict[str, Row] = {
     **dict.fromkeys(("FlatParameter", "FlatTypes", "ParamGroups"),
                     Row("the parameter type and aliases of FlattenParamsWrapper (see FlattenParamsWrapper)",
                         "see FlattenParamsWrapper")),
-    "PipeRPCWrapper": Row("RPC pipeline parallelism (see Pipe)", "torch.distributed.pipelining"),
 }
 
 _INTERNAL = Row("fairscale's internal helpers, not a training API",
