@@ -10,7 +10,9 @@ never touches, moves or removes anything else.  Writing:
 
 1. stage: the new files are written into a hidden staging directory *inside* the target
    (``.shardcompat-staging-<id>``; same file system, so renames are atomic), manifest last,
-   everything fsynced;
+   everything fsynced.  A target that does not exist yet is staged *beside* it instead
+   (``.shardcompat-staging-<id>-<name>``) and renamed into place whole, manifest inside, so a
+   new folder appears under its name only complete (steps 2-4 do not apply);
 2. check: every name the new manifest lists must be free in the target, or owned by the
    previous write of the same ``format`` (listed in its manifest); anything else is refused
    (:class:`ForeignFiles`) and the target is left as it was;
@@ -20,8 +22,12 @@ never touches, moves or removes anything else.  Writing:
    one does not have are removed, the new manifest is renamed into place, the journal removed.
 
 A crash before 3 leaves the previous files untouched (and a staging directory that
-:func:`recover` removes); a crash after 3 is finished by :func:`recover`, which every save and
-load runs first.  Step 4 is idempotent and safe to run in several processes at once.
+:func:`recover` removes); a crash after 3 is finished by :func:`recover`, which the next *write*
+into the target runs first.  Readers never run it: a folder handed to you is untrusted, and
+its journal could name anything, so :func:`read_manifest` refuses a folder with a journal, and
+:func:`recover` rolls forward only a journal whose every path is a plain path inside the target
+(no symbolic link on the way), whose staging is one of this writer's, and whose files are those
+the two manifests list.  Step 4 is idempotent and safe to run in several processes at once.
 
 No torch here: this is plain file handling, tested on its own.
 """
@@ -29,9 +35,11 @@ No torch here: this is plain file handling, tested on its own.
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Collection, Iterable, Iterator, Mapping
@@ -46,6 +54,7 @@ __all__ = [
     "atomic_directory",
     "check_target",
     "commit",
+    "contained",
     "file_digests",
     "new_staging",
     "read_manifest",
@@ -59,7 +68,9 @@ __all__ = [
 MANIFEST = "manifest.json"
 JOURNAL = ".shardcompat-commit.json"
 _STAGING = ".shardcompat-staging-"
+_INSIDE = re.compile(re.escape(_STAGING) + r"[0-9a-f]{12}")  # a staging inside the target
 _CHUNK = 1 << 20
+_JSON_ERRORS = (ValueError, UnicodeDecodeError, RecursionError, OSError)  # OSError: a folder, unreadable
 
 
 class CorruptDirectory(ValueError):
@@ -127,6 +138,21 @@ def _relative(rel: object) -> str:
     return rel
 
 
+def contained(root: Path, rel: object) -> Path:
+    """``root / rel``, where ``rel`` is a plain relative path and nothing on the way from ``root``
+    to it (it included) is a symbolic link, so it cannot lead outside ``root``; else
+    :class:`CorruptDirectory` naming the link."""
+    place = root
+    for part in PurePosixPath(_relative(rel)).parts:
+        place = place / part
+        if place.is_symlink():
+            raise CorruptDirectory(
+                f"{place} is a symbolic link: files of {root} are not followed through links, which "
+                "could lead outside it; replace the link by the file itself"
+            )
+    return place
+
+
 def _owned(target: Path, fmt: object) -> set[str]:
     """The files the previous write of format ``fmt`` left in ``target``: its manifest's list
     and the manifest itself (none when there is no manifest)."""
@@ -177,11 +203,20 @@ def _check_names(target: Path, names: Iterable[str], owned: Collection[str]) -> 
 
 # ---------------------------------------------------------------------- the write
 def new_staging(target: Path) -> Path:
-    """A fresh, empty hidden directory inside ``target`` (created if missing)."""
-    target.mkdir(parents=True, exist_ok=True)
-    staging = target / f"{_STAGING}{uuid.uuid4().hex[:12]}"
+    """A fresh, empty hidden directory for a write into ``target``: inside it where it exists,
+    else beside it (its parents created), to be renamed into place by :func:`commit`."""
+    if target.is_dir():
+        staging = target / f"{_STAGING}{uuid.uuid4().hex[:12]}"
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = target.parent / f"{_STAGING}{uuid.uuid4().hex[:12]}-{target.name}"
     staging.mkdir()
     return staging
+
+
+def _beside(target: Path) -> re.Pattern[str]:
+    """The names of the stagings :func:`new_staging` makes beside ``target``."""
+    return re.compile(_INSIDE.pattern + "-" + re.escape(target.name))
 
 
 def commit(staging: Path, target: Path) -> None:
@@ -189,10 +224,16 @@ def commit(staging: Path, target: Path) -> None:
 
     Replaces the previous write of the same format and nothing else; refuses
     (:class:`ForeignFiles`, ``staging`` removed, ``target`` unchanged) where a name is taken
-    by something that write did not own.
+    by something that write did not own.  A staging beside ``target`` becomes ``target``.
     """
     try:
         new = read_manifest(staging)
+        if staging.parent != target:
+            if target.exists() or target.is_symlink():
+                raise ForeignFiles(f"{target} appeared while the write was staged; it is left untouched: write again")
+            os.rename(staging, target)  # the folder appears complete, manifest inside
+            _fsync(target.parent)
+            return
         owned = check_target(target, new.get("format"))
         added = sorted(new["files"])
         _check_names(target, [*added, MANIFEST], owned)
@@ -235,28 +276,83 @@ def _prune(target: Path, removed: Iterable[str]) -> None:
 
 
 def recover(path: str | os.PathLike[str]) -> None:
-    """Finish a write that was committed before a crash, and drop staging directories of writes
-    that were not.  Not safe while another process is *staging* a write to the same ``path``
-    (saves to one path are serialised by the collective that calls them); finishing one is."""
+    """Finish a write into ``path`` that was committed before a crash, and drop the stagings of
+    writes that were not.  Only a writer about to write into ``path`` calls this (never a reader):
+    a journal that is not one this writer could have left (:func:`_journal`) is refused with
+    :class:`CorruptDirectory` and nothing is done.  Not safe while another process is *staging* a
+    write to the same ``path`` (saves to one path are serialised by the collective that calls
+    them); finishing one is."""
     target = Path(path)
-    if not target.is_dir():
+    # glob, not a listing of the parent: a checkpoint root holds many step folders, and the cost
+    # of a save must not grow with them
+    for leftover in target.parent.glob(f"{_STAGING}*-{glob.escape(target.name)}"):
+        if _beside(target).fullmatch(leftover.name) and leftover.is_dir() and not leftover.is_symlink():
+            shutil.rmtree(leftover, ignore_errors=True)
+    if target.is_symlink() or not target.is_dir():
         return
-    journal_file = target / JOURNAL
-    if journal_file.exists():
-        try:
-            journal = json.loads(journal_file.read_text())
-            _relative(journal["staging"])
-            for rel in [*journal["add"], *journal["remove"]]:
-                _relative(rel)
-        except FileNotFoundError:  # another process finished it meanwhile
-            journal = None
-        except (ValueError, KeyError, TypeError) as error:
-            raise CorruptDirectory(f"{journal_file} is damaged ({error}): remove it by hand") from None
-        if journal is not None:
-            _roll_forward(target, journal)
-    for leftover in target.glob(f"{_STAGING}*"):
-        shutil.rmtree(leftover, ignore_errors=True)
-    (target / f"{JOURNAL}.partial").unlink(missing_ok=True)  # killed before the commit point
+    journal = _journal(target)
+    if journal is not None:
+        _roll_forward(target, journal)
+    for leftover in target.iterdir():
+        if _INSIDE.fullmatch(leftover.name) and leftover.is_dir() and not leftover.is_symlink():
+            shutil.rmtree(leftover, ignore_errors=True)
+    partial = target / f"{JOURNAL}.partial"  # killed before the commit point
+    if partial.is_file() and not partial.is_symlink():
+        partial.unlink(missing_ok=True)
+
+
+def _journal(target: Path) -> dict[str, Any] | None:
+    """The journal in ``target`` (``None``: none), checked to be one that :func:`commit` wrote:
+    a staging of ours inside ``target``, every path plain and inside with no link on the way, the
+    files added those the new manifest lists and the files removed those the old one lists."""
+    file = target / JOURNAL
+    if not file.exists() and not file.is_symlink():
+        return None
+    try:
+        if file.is_symlink() or not file.is_file():
+            raise ValueError("it is not a regular file")
+        journal = json.loads(file.read_text())
+        if not isinstance(journal, dict) or sorted(journal) != ["add", "remove", "staging"]:
+            raise ValueError("it is not {staging, add, remove}")
+        staging, add, remove = journal["staging"], journal["add"], journal["remove"]
+        if not isinstance(staging, str) or not _INSIDE.fullmatch(staging):
+            raise ValueError(f"its staging {staging!r} is not a staging folder of this writer")
+        if not isinstance(add, list) or not isinstance(remove, list):
+            raise ValueError("its add and remove are not lists")
+        folder = contained(target, staging)
+        for rel in [*add, *remove]:
+            contained(target, rel)
+        for rel in add:
+            contained(folder, rel)
+        committed = not (folder / MANIFEST).exists()  # the new manifest moved in: adds and removes done
+        new = _listed(target if committed else folder)
+        old = set() if committed else _listed(target)
+        if not set(add) <= new:
+            raise ValueError(f"it adds {sorted(set(add) - new)[:3]}, which the new manifest does not list")
+        stray = [rel for rel in remove if rel not in old and (target / rel).exists()]
+        if stray:
+            raise ValueError(f"it removes {stray[:3]}, which the old manifest does not list")
+    except FileNotFoundError:  # another process finished it meanwhile
+        return None
+    except (*_JSON_ERRORS, TypeError, KeyError) as error:
+        raise CorruptDirectory(
+            f"{file} is damaged or not written by shardcompat ({_reason(error)}); nothing was done: "
+            f"remove it by hand if no save into {target} is running"
+        ) from None
+    return journal
+
+
+def _listed(folder: Path) -> set[str]:
+    """The files the manifest in ``folder`` lists (none when it has no manifest)."""
+    if not (folder / MANIFEST).exists():
+        return set()
+    return set(read_manifest(folder, journal_ok=True)["files"])
+
+
+def _reason(error: BaseException) -> str:
+    if isinstance(error, RecursionError):
+        return "nested too deeply"
+    return str(error) if type(error) in (ValueError, CorruptDirectory) else f"{type(error).__name__}: {error}"
 
 
 @contextlib.contextmanager
@@ -281,23 +377,40 @@ def atomic_directory(path: str | os.PathLike[str], manifest: Mapping[str, Any]) 
 
 
 # ---------------------------------------------------------------------- reading
-def read_manifest(path: Path) -> dict[str, Any]:
-    """The manifest of the write at ``path``, or :class:`CorruptDirectory` saying why not."""
+def read_manifest(path: Path, *, journal_ok: bool = False) -> dict[str, Any]:
+    """The manifest of the write at ``path``, or :class:`CorruptDirectory` saying why not.
+
+    A folder holding a journal is refused (``journal_ok``: only the writer finishing it reads
+    one): a write into it stopped after its commit point, so it may hold two writes' files.
+    """
     if not path.exists():
         raise CorruptDirectory(f"{path} does not exist")
     if not path.is_dir():
         raise CorruptDirectory(f"{path} is not a checkpoint directory (it is a file)")
     file = path / MANIFEST
-    if (path / JOURNAL).exists():
-        raise CorruptDirectory(f"{path / JOURNAL}: a write into {path} is not finished; loading it finishes it")
-    if not file.exists():
+    journal = path / JOURNAL
+    if not journal_ok and (journal.exists() or journal.is_symlink()):
+        raise CorruptDirectory(
+            f"{journal}: a save into {path} stopped while moving its files into place, so it may hold "
+            f"a mix of two saves and is not read; the next save into {path} finishes it: load another checkpoint"
+        )
+    if not file.exists() and not file.is_symlink():
         raise CorruptDirectory(f"{file} is missing: {path} holds no checkpoint, or its save did not finish")
+    if file.is_symlink() or not file.is_file():
+        raise CorruptDirectory(f"{file} is not a regular file (a folder or a link): the manifest is damaged")
     try:
         manifest: dict[str, Any] = json.loads(file.read_text())
-    except (ValueError, UnicodeDecodeError) as error:
-        raise CorruptDirectory(f"{file} is not valid JSON ({error}): the manifest is damaged") from None
+    except _JSON_ERRORS as error:
+        raise CorruptDirectory(f"{file} is not valid JSON ({_reason(error)}): the manifest is damaged") from None
     if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
         raise CorruptDirectory(f"{file} lists no files: the manifest is damaged")
+    for rel, entry in manifest["files"].items():
+        try:
+            _relative(rel)
+        except CorruptDirectory as error:
+            raise CorruptDirectory(f"{file}: {error}: the manifest is damaged") from None
+        if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str) or type(entry.get("size")) is not int:
+            raise CorruptDirectory(f"{file}: the entry for {rel!r} is not {{sha256, size}}: the manifest is damaged")
     return manifest
 
 
@@ -313,16 +426,18 @@ def verify(path: str | os.PathLike[str], only: Collection[str] | None = None) ->
     for rel, want in sorted(manifest["files"].items()):
         if only is not None and rel not in only:
             continue
-        file = root / _relative(rel)
+        try:
+            file = contained(root, rel)
+        except CorruptDirectory as error:
+            problems.append(str(error))
+            continue
         if not file.is_file():
             problems.append(f"{file}: missing")
             continue
         size = file.stat().st_size
-        if not isinstance(want, dict):
-            problems.append(f"{root / MANIFEST}: the entry for {rel} is damaged")
-        elif size != want.get("size"):
+        if size != want["size"]:
             problems.append(f"{file}: {size} bytes, the manifest says {want.get('size')} (truncated?)")
-        elif sha256(file) != want.get("sha256"):
+        elif sha256(file) != want["sha256"]:
             problems.append(f"{file}: sha256 differs from the manifest (corrupted)")
     if problems:
         raise CorruptDirectory("damaged checkpoint: " + "; ".join(problems))

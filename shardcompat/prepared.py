@@ -11,10 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .checkpoint import load_checkpoint, save_checkpoint
+from .checkpoint._groups import match_groups
+from .checkpoint._protocol import local_optimizer as _local_optimizer
 from .options import ShardingOptions
 
 if TYPE_CHECKING:
-    from .backends import Placement, Plan
+    from .backends._base import Placement, Plan
 
 __all__ = ["Prepared"]
 
@@ -158,8 +161,6 @@ class Prepared(abc.ABC):
         each group takes the saved settings of its parameters.  Otherwise
         :class:`~shardcompat.checkpoint.CheckpointError` says why, and nothing is loaded.
         """
-        from .checkpoint._groups import match_groups
-
         names = self.optimizer_group_names()
         groups = match_groups(state["param_groups"], names, self.optimizer.param_groups, state["state"])
         self._load_optimizer_state_dict({"state": state["state"], "param_groups": groups})
@@ -188,16 +189,12 @@ class Prepared(abc.ABC):
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self, path: str | Path, **extra: Any) -> Path:
         """Write a portable checkpoint atomically (collective); see :mod:`shardcompat.checkpoint`."""
-        from .checkpoint import save_checkpoint
-
         written: Path = save_checkpoint(self, path, **extra)
         return written
 
     def load_checkpoint(self, path: str | Path, *, scheduler: Any = None, restore_rng: bool = True) -> dict[str, Any]:
         """Restore model, optimizer, step, RNG (unless ``restore_rng=False``) and ``scheduler``
         from ``path`` (collective); see :func:`shardcompat.checkpoint.load_checkpoint`."""
-        from .checkpoint import load_checkpoint
-
         extra: dict[str, Any] = load_checkpoint(self, path, scheduler=scheduler, restore_rng=restore_rng)
         return extra
 
@@ -244,8 +241,3 @@ def unscaled(scaler: Any, optimizer: torch.optim.Optimizer) -> bool:
     stage = states[id(optimizer)].get("stage")
     return getattr(stage, "name", None) in ("UNSCALED", "STEPPED")
 
-
-def _local_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
-    """The optimizer that really holds this rank's state (OSS and ZeRO keep one inside)."""
-    inner = getattr(optimizer, "optim", None)
-    return inner if isinstance(inner, torch.optim.Optimizer) else optimizer

@@ -140,6 +140,10 @@ def _model(path: Path) -> dict[str, Any]:
     return state
 
 
+def _tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
 def check_all(root: Path, results: dict[str, Any]) -> list[int]:
     """:func:`check_old_or_new` for every kill; the steps found, which must go 1 ... 2."""
     points = sorted(int(k) for k in results if k.isdigit())
@@ -152,15 +156,28 @@ def check_all(root: Path, results: dict[str, Any]) -> list[int]:
 
 
 def check_old_or_new(root: Path, point: int, status: int) -> int:
-    """After a kill at ``point``: what every load does first (recover, verify) finds the old or
-    the new checkpoint whole, with the user's files byte-identical.  Returns its step."""
+    """After a kill at ``point``: a load finds the old or the new checkpoint whole, or (killed
+    while moving files into place) refuses it, changing nothing, and the next save's recover()
+    finishes it; then the user's files are byte-identical and nothing of ours is left over.
+    Returns its step."""
     import torch
 
-    from shardcompat.checkpoint import read_manifest
+    from shardcompat._atomic import JOURNAL, recover
+    from shardcompat.checkpoint import CheckpointError, read_manifest
 
     target = root / f"kill-{point}"
     assert status == -signal.SIGKILL, f"point {point}: the save exited {status} instead of being killed"
-    manifest = read_manifest(target)  # recovers an interrupted commit, then verifies every checksum
+    before = _tree(target)
+    try:
+        manifest = read_manifest(target)  # verifies every checksum; never rolls a journal forward
+    except CheckpointError as error:
+        assert (target / JOURNAL).exists() and "stopped while moving" in str(error), f"point {point}: {error}"
+        manifest = None
+    assert _tree(target) == before, f"point {point}: reading changed the folder"
+    recover(target)  # what the next save into it runs first
+    if manifest is None:
+        manifest = read_manifest(target)
+    assert int(read_manifest(target)["step"]) == int(manifest["step"]), f"point {point}: recover changed the step"
     step = int(manifest["step"])
     reference = root / ("old" if step == 1 else "new")
     ours = {rel for rel in manifest["files"]}

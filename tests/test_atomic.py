@@ -254,7 +254,7 @@ def _lines_in_a_write(tmp_path: Path) -> int:
 
 
 def _old_or_new_never_a_mix(target: Path) -> int:
-    """After recover() (which every load runs): exactly the old or the new write, verified, the
+    """After recover() (which the next write runs first): exactly the old or the new write, verified, the
     user's files byte-identical, nothing of ours left over.  Returns which write it is."""
     recover(target)
     manifest = verify(target)
@@ -317,7 +317,7 @@ def test_sigkill_mid_write_keeps_previous(tmp_path: Path) -> None:
 
 
 def test_recover_finishes_a_committed_write_in_two_processes_at_once(tmp_path: Path) -> None:
-    """Every rank may load (and so recover) at once: rolling forward twice is harmless."""
+    """Two writers' recover() at once (a reader never runs it): rolling forward twice is harmless."""
     target = tmp_path / "ckpt"
     _put(target, USER)
     _write(target, OLD, n=1)
@@ -326,8 +326,8 @@ def test_recover_finishes_a_committed_write_in_two_processes_at_once(tmp_path: P
     _atomic.write_manifest(staging, {"format": FORMAT, "n": 2})
     journal = {"staging": staging.name, "add": sorted(NEW), "remove": ["old-only.txt"]}
     (target / _atomic.JOURNAL).write_text(json.dumps(journal))  # crashed right after the commit point
-    with pytest.raises(CorruptDirectory, match="is not finished"):
-        verify(target)  # a reader that does not recover is told, not misled
+    with pytest.raises(CorruptDirectory, match="stopped while moving its files into place"):
+        verify(target)  # a reader does not recover: it is told, not misled
     os.replace(staging / "data.bin", target / "data.bin")  # and half of the moves had happened
     recover(target)
     recover(target)

@@ -32,7 +32,7 @@ def train_json(*argv: str, steps: int = STEPS) -> dict[str, Any]:
     train.configure_parser(parser)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        code = train.run(parser.parse_args([*argv, "--steps", str(steps), "--json", "--model", "mlp"]))
+        code = train.run(parser.parse_args(["--model", "mlp", *argv, "--steps", str(steps), "--json"]))
     assert code == 0
     report: dict[str, Any] = json.loads(out.getvalue())
     return report

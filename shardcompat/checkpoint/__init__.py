@@ -32,10 +32,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .._atomic import MANIFEST, atomic_directory, check_target, recover
+from .._atomic import MANIFEST, atomic_directory
 from . import _sharded
 from ._common import (
-    FORMAT,
     MODEL,
     OPTIMIZER,
     TRAINER,
@@ -60,11 +59,12 @@ from ._common import (
     rng_state,
     shape_table,
     share,
+    writable,
 )
 from ._groups import match_groups
 
 if TYPE_CHECKING:
-    from ..prepared import Prepared
+    from ._protocol import Checkpointable
 
 __all__ = [
     "CheckpointError",
@@ -77,7 +77,7 @@ __all__ = [
 ]
 
 def save_checkpoint(
-    prepared: Prepared,
+    prepared: Checkpointable,
     path: str | os.PathLike[str],
     *,
     step: int | None = None,
@@ -108,7 +108,7 @@ def save_checkpoint(
         _sharded.save(prepared, target, trainer)
         return target
     group = prepared.placement.process_group
-    rank0_decides(lambda: refuse_foreign(lambda: _writable(target)), group)  # before gathering
+    rank0_decides(lambda: writable(target), group)  # before gathering
     model = prepared.full_state_dict(rank0_only=True)
     optim = prepared.optimizer_state_dict(rank0_only=True)
     rngs = gather(rng_state(), group)
@@ -127,14 +127,8 @@ def save_checkpoint(
     return target
 
 
-def _writable(target: Path) -> None:
-    """Finish or drop what a killed save left, then refuse a target holding foreign files."""
-    recover(target)
-    check_target(target, FORMAT)
-
-
 def load_checkpoint(
-    prepared: Prepared, path: str | os.PathLike[str], *, scheduler: Any = None, restore_rng: bool = True
+    prepared: Checkpointable, path: str | os.PathLike[str], *, scheduler: Any = None, restore_rng: bool = True
 ) -> dict[str, Any]:
     """Restore ``prepared`` (and ``scheduler``) from the checkpoint at ``path`` (collective).
 
@@ -148,9 +142,20 @@ def load_checkpoint(
 
     Returns ``{"step": step, **extra}``: the step saved (also set as ``prepared.step_count``)
     and the keyword values given to :func:`save_checkpoint`, e.g. ``{"step": 1000, "epoch": 3}``.
+
+    A Hugging Face folder (``save_pretrained`` or a Trainer ``checkpoint-N/``) or a torch DCP
+    folder loads too, its model weights only, matched by name (tied names filled from their
+    twin); what it holds beyond them (optimizer, step, scheduler, RNG) is named in a warning
+    and in the returned ``"not_restored"`` list, and is not restored.
     """
     source = Path(path)
     group = prepared.placement.process_group
+    foreign = share(rank0_decides(lambda: _foreign(source), group), group)
+    if foreign is not None:  # a Hugging Face or DCP checkpoint: its model weights, by name
+        from .formats import READERS
+        from .formats._load import load_model_weights
+
+        return load_model_weights(prepared, source, next(r for r in READERS if r.name == foreign))
     manifest = share(rank0_decides(lambda: open_checkpoint(source), group), group)
     sharded = manifest["kind"] == "sharded"
     names = prepared.optimizer_group_names()  # collective where parameters are flattened
@@ -164,6 +169,22 @@ def load_checkpoint(
     del model
     prepared.load_optimizer_state_dict(optim)
     return restore_trainer(prepared, source, scheduler, restore_rng)
+
+
+def _foreign(path: Path) -> str | None:
+    """The format of a checkpoint other tools wrote whose model weights load here, else ``None``
+    (shardcompat's own, or nothing readable: the manifest checks then say what is wrong)."""
+    from .._atomic import JOURNAL
+    from .formats import DCP, HUGGINGFACE
+
+    try:
+        # Anything of shardcompat's own (a manifest, even a damaged one, its trainer state, a
+        # commit journal): the manifest checks decide, so a damaged one is refused as before.
+        if any((path / name).exists() or (path / name).is_symlink() for name in (MANIFEST, TRAINER, JOURNAL)):
+            return None
+        return next((r.name for r in (DCP, HUGGINGFACE) if r.detect(path)), None)
+    except OSError:
+        return None
 
 
 def load_rng_state(path: str | os.PathLike[str], *, group: Any = None) -> bool:
@@ -181,12 +202,24 @@ def load_rng_state(path: str | os.PathLike[str], *, group: Any = None) -> bool:
 
 
 def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The verified manifest of a checkpoint (no process group needed)."""
-    return open_checkpoint(Path(path))
+    """The verified manifest of a checkpoint (no process group needed, nothing written).
+
+    Everything :func:`load_checkpoint` checks before it needs the model: every checksum, the
+    manifest's fields, no file or folder reached through a link, no interrupted save, the
+    trainer state and, for the sharded kind, DCP's ``.metadata`` (read with only torch's
+    metadata classes allowed) against the manifest.  ``checkpoint verify`` and
+    ``--resume auto`` ask this, so they accept exactly what loads.
+    """
+    source = Path(path)
+    manifest = open_checkpoint(source)
+    check_trainer(source, None)
+    if manifest["kind"] == "sharded":
+        _sharded.check_metadata(source, manifest)
+    return manifest
 
 
 def _validate(
-    prepared: Prepared,
+    prepared: Checkpointable,
     path: Path,
     manifest: Mapping[str, Any],
     expected: Mapping[str, list[int]],

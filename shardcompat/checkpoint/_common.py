@@ -14,10 +14,19 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import torch
 import torch.distributed as dist
 
-from .._atomic import MANIFEST, CorruptDirectory, ForeignFiles, recover, verify
+from .._atomic import (
+    MANIFEST,
+    CorruptDirectory,
+    ForeignFiles,
+    check_target,
+    contained,
+    recover,
+    verify,
+)
+from ._protocol import local_optimizer
 
 if TYPE_CHECKING:
-    from ..prepared import Prepared
+    from ._protocol import Checkpointable
 
 __all__ = [
     "FORMAT",
@@ -51,6 +60,7 @@ __all__ = [
     "share",
     "table_differences",
     "world_size",
+    "writable",
 ]
 
 FORMAT = "shardcompat-checkpoint"
@@ -164,31 +174,57 @@ def refuse_foreign(fn: Callable[[], T]) -> T:
         raise WriteRefused(str(error)) from None
 
 
+def writable(target: Path) -> None:
+    """Before a write into ``target`` (the writer only): finish or drop what a killed save into it
+    left, then refuse a target holding foreign files or a journal that is not ours
+    (:class:`WriteRefused`, nothing changed)."""
+    try:
+        recover(target)
+        check_target(target, FORMAT)
+    except (ForeignFiles, CorruptDirectory) as error:
+        raise WriteRefused(str(error)) from None
+
+
 def open_checkpoint(path: Path, only: Collection[str] | None = None) -> dict[str, Any]:
-    """Recover from an interrupted save, verify every checksum (``only``: of those files), and
-    return the manifest."""
-    recover(path)
+    """Verify every checksum (``only``: of those files) and the manifest's fields, and return
+    the manifest.  Reading changes nothing: an interrupted save is refused, not finished (only
+    the next save into ``path`` finishes it), and no file is followed through a link."""
     try:
         manifest = verify(path, only)
     except CorruptDirectory as error:
         raise CheckpointError(str(error)) from None
+    file = path / MANIFEST
     if manifest.get("format") != FORMAT:
-        raise CheckpointError(f"{path / MANIFEST}: not a shardcompat checkpoint (format {manifest.get('format')!r})")
-    if manifest.get("version", 0) > FORMAT_VERSION:
+        raise CheckpointError(f"{file}: not a shardcompat checkpoint (format {_short(manifest.get('format'))})")
+    version = manifest.get("version", 0)
+    if type(version) is not int:
+        raise CheckpointError(f"{file}: its version {_short(version)} is not a whole number: the manifest is damaged")
+    if version > FORMAT_VERSION:
         raise CheckpointError(
-            f"{path / MANIFEST}: format version {manifest['version']}; this shardcompat reads up to "
-            f"{FORMAT_VERSION}: upgrade shardcompat"
+            f"{file}: format version {version}; this shardcompat reads up to {FORMAT_VERSION}: upgrade shardcompat"
         )
     kind = manifest.get("kind")
-    if kind not in _REQUIRED:
-        raise CheckpointError(f"{path / MANIFEST}: unknown checkpoint kind {kind!r}")
+    if not isinstance(kind, str) or kind not in _REQUIRED:
+        raise CheckpointError(f"{file}: unknown checkpoint kind {_short(kind)} (valid: {', '.join(_REQUIRED)})")
     missing = [name for name in _REQUIRED[kind] if name not in manifest["files"]]
     if missing or not isinstance(manifest.get("model"), dict):
         what = f"lists no {', '.join(missing)}" if missing else "has no model table"
-        raise CheckpointError(
-            f"{path / MANIFEST} {what}, which a {kind} checkpoint has: the manifest does not match its files"
-        )
+        raise CheckpointError(f"{file} {what}, which a {kind} checkpoint has: the manifest does not match its files")
+    for key, want in _FIELDS.items():
+        if not isinstance(manifest.get(key), want) or isinstance(manifest.get(key), bool):
+            raise CheckpointError(f"{file}: {key!r} is missing or not a {want.__name__}: the manifest is damaged")
+    for name, shape in manifest["model"].items():
+        if not isinstance(shape, list) or not all(type(n) is int for n in shape):
+            raise CheckpointError(f"{file}: the shape of {name!r} is not a list of whole numbers: the manifest is damaged")
     return manifest
+
+
+_FIELDS = {"step": int, "world_size": int, "backend": str, "options": str}
+
+
+def _short(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 _REQUIRED = {"full": (MODEL, OPTIMIZER, TRAINER), "sharded": (".metadata", TRAINER)}
@@ -205,7 +241,7 @@ def check_trainer(path: Path, scheduler: Any) -> None:
             "load it without scheduler= or resume the scheduler yourself"
         )
 
-def restore_trainer(prepared: Prepared, path: Path, scheduler: Any, rng: bool) -> dict[str, Any]:
+def restore_trainer(prepared: Checkpointable, path: Path, scheduler: Any, rng: bool) -> dict[str, Any]:
     """Step, scheduler and (``rng``) this rank's RNG, after the model and optimizer are loaded."""
     trainer = load_torch(path / TRAINER)
     prepared.step_count = int(trainer["step"])
@@ -215,14 +251,12 @@ def restore_trainer(prepared: Prepared, path: Path, scheduler: Any, rng: bool) -
         restore_rank_rng(path, prepared.placement.process_group)
     return {"step": prepared.step_count, **trainer["extra"]}
 
-def optimizer_kind(prepared: Prepared) -> str:
+def optimizer_kind(prepared: Checkpointable) -> str:
     """The class of the optimizer doing the math (inside ZeRO or OSS), e.g. ``AdamW``."""
-    from ..prepared import _local_optimizer
-
-    return type(_local_optimizer(prepared.optimizer)).__name__
+    return type(local_optimizer(prepared.optimizer)).__name__
 
 
-def check_optimizer_kind(prepared: Prepared, manifest: Mapping[str, Any]) -> None:
+def check_optimizer_kind(prepared: Checkpointable, manifest: Mapping[str, Any]) -> None:
     saved, current = manifest.get("optimizer"), optimizer_kind(prepared)
     if saved is not None and saved != current:
         raise CheckpointError(
@@ -257,7 +291,7 @@ def _version(dist_name: str) -> str | None:
         return None
 
 
-def header(prepared: Prepared, kind: str, step: int, model: Mapping[str, Any]) -> dict[str, Any]:
+def header(prepared: Checkpointable, kind: str, step: int, model: Mapping[str, Any]) -> dict[str, Any]:
     """The manifest fields other than ``files``: who wrote this, how, and the model's table."""
     versions = {name: _version(name) for name in ("torch", "fairscale", "shardcompat")}
     return {
@@ -372,7 +406,10 @@ def rng_state() -> dict[str, Any]:
 
 def restore_rank_rng(path: Path, group: Any) -> bool:
     """This rank's random states from the (verified) checkpoint at ``path``, if it has them."""
-    file = path / rng_file(rank(group))
+    try:
+        file = contained(path, rng_file(rank(group)))
+    except CorruptDirectory as error:
+        raise CheckpointError(str(error)) from None
     if not file.exists():  # a rank beyond the saved world size keeps its own
         return False
     restore_rng(load_torch(file))

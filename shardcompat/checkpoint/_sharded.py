@@ -16,17 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .._atomic import (
-    MANIFEST,
-    atomic_directory,
-    check_target,
-    commit,
-    new_staging,
-    recover,
-    write_manifest,
-)
+from .._atomic import MANIFEST, atomic_directory, commit, new_staging, write_manifest
 from ._common import (
-    FORMAT,
     MODEL,
     OPTIMIZER,
     TRAINER,
@@ -49,16 +40,17 @@ from ._common import (
     shape_table,
     share,
     table_differences,
+    writable,
 )
 from ._groups import match_groups
 
 if TYPE_CHECKING:
-    from ..prepared import Prepared
+    from ._protocol import Checkpointable
 
 __all__ = ["check_metadata", "consolidate", "dcp_refusal", "load", "read_full", "read_param_groups", "save"]
 
 
-def dcp_refusal(prepared: Prepared) -> str | None:
+def dcp_refusal(prepared: Checkpointable) -> str | None:
     """Why DCP's ``get_state_dict`` cannot serve this backend, or ``None`` when it can."""
     optimizer, model = type(prepared.optimizer), type(prepared.model)
     if optimizer.__name__ == "ZeroRedundancyOptimizer":
@@ -68,7 +60,7 @@ def dcp_refusal(prepared: Prepared) -> str | None:
     return None
 
 
-def _state_dicts(prepared: Prepared) -> tuple[dict[str, Any], dict[str, Any]]:
+def _state_dicts(prepared: Checkpointable) -> tuple[dict[str, Any], dict[str, Any]]:
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     why = dcp_refusal(prepared)
@@ -82,7 +74,7 @@ def _state_dicts(prepared: Prepared) -> tuple[dict[str, Any], dict[str, Any]]:
     return model, optim
 
 
-def save(prepared: Prepared, path: Path, trainer: Mapping[str, Any]) -> None:
+def save(prepared: Checkpointable, path: Path, trainer: Mapping[str, Any]) -> None:
     """Every rank writes its shards and RNG into one temporary directory; rank 0 commits it."""
     from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
@@ -91,8 +83,7 @@ def save(prepared: Prepared, path: Path, trainer: Mapping[str, Any]) -> None:
     table = shape_table(model)
 
     def start() -> Path:
-        recover(path)
-        refuse_foreign(lambda: check_target(path, FORMAT))
+        writable(path)
         return new_staging(path)
 
     tmp: Path = share(rank0_decides(start, group), group)
@@ -119,7 +110,7 @@ def save(prepared: Prepared, path: Path, trainer: Mapping[str, Any]) -> None:
 
 
 def load(
-    prepared: Prepared, path: Path, manifest: Mapping[str, Any], names: list[list[str]], scheduler: Any,
+    prepared: Checkpointable, path: Path, manifest: Mapping[str, Any], names: list[list[str]], scheduler: Any,
     rng: bool,
 ) -> dict[str, Any]:
     """Load shards in place through DCP (resharding to this world size), after checking them.
@@ -130,6 +121,8 @@ def load(
     """
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_state_dict
     from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+
+    from ._dcp_metadata import DCP_ERRORS, SafeReader, reason
 
     group = prepared.placement.process_group
     # The model's shapes without the optimizer's state: DCP's get_state_dict creates that
@@ -145,10 +138,11 @@ def load(
 
     groups = share(rank0_decides(validate, group), group)
     model, optim = _state_dicts(prepared)
+    reader = SafeReader(path)
     try:
-        dcp_load({"model": model, "optimizer": {"state": optim["state"]}}, checkpoint_id=path, process_group=group)
-    except Exception as error:
-        raise CheckpointError(one_line(f"{path}: the shards do not fit this model/optimizer: {error}")) from error
+        dcp_load({"model": model, "optimizer": {"state": optim["state"]}}, storage_reader=reader, process_group=group)
+    except DCP_ERRORS as error:
+        raise CheckpointError(one_line(f"{path}: the shards do not fit this model/optimizer: {reason(error)}")) from None
     optim = {"state": optim["state"], "param_groups": groups}
     set_state_dict(prepared.model, prepared.optimizer, model_state_dict=model, optim_state_dict=optim)
     return restore_trainer(prepared, path, scheduler, rng)
@@ -157,13 +151,10 @@ def load(
 def check_metadata(path: Path, manifest: Mapping[str, Any]) -> None:
     """Refuse shards whose own index (DCP's ``.metadata``) is not the model the manifest
     describes: a foreign ``.metadata`` whose checksum was rewritten, or an edited manifest."""
-    from torch.distributed.checkpoint.filesystem import FileSystemReader
+    from ._dcp_metadata import METADATA, read_metadata
 
-    file = path / ".metadata"
-    try:
-        metadata = FileSystemReader(path).read_metadata().state_dict_metadata
-    except Exception as error:
-        raise CheckpointError(one_line(f"{file} cannot be read ({type(error).__name__}: {error})")) from None
+    file = path / METADATA
+    metadata = read_metadata(path).state_dict_metadata
     table = {
         key.removeprefix("model."): list(entry.size)
         for key, entry in metadata.items()
@@ -197,7 +188,7 @@ def read_param_groups(path: Path) -> list[dict[str, Any]]:
 
 def _read(path: Path, *keys: str) -> dict[str, Any]:
     """The entries ``keys`` (all when none) of a sharded checkpoint, read in this process."""
-    from torch.distributed.checkpoint.filesystem import FileSystemReader
+    from ._dcp_metadata import DCP_ERRORS, SafeReader, reason
 
     try:
         from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
@@ -205,27 +196,27 @@ def _read(path: Path, *keys: str) -> dict[str, Any]:
     except ImportError as error:
         raise CheckpointError(f"this torch cannot read a DCP checkpoint whole: {error}") from None
     state: dict[str, Any] = {}
+    reader = SafeReader(path)
     try:
         _load_state_dict(
             state,
-            storage_reader=FileSystemReader(path),
+            storage_reader=reader,
             planner=_EmptyStateDictLoadPlanner(keys=set(keys) or None),  # type: ignore[no-untyped-call]
             no_dist=True,
         )
-    except Exception as error:
-        raise CheckpointError(one_line(f"{path}: the shards cannot be read: {error}")) from error
+    except DCP_ERRORS as error:
+        raise CheckpointError(one_line(f"{path}: the shards cannot be read: {reason(error)}")) from None
     return state
 
 
 def consolidate(src: Path, dst: Path) -> Path:
     """Write the full-format checkpoint ``dst`` from the sharded checkpoint ``src``."""
     _refuse_overlap(src, dst)
-    recover(dst)
-    refuse_foreign(lambda: check_target(dst, FORMAT))
     manifest = open_checkpoint(src)
     if manifest["kind"] != "sharded":
         raise CheckpointError(f"{src} is already a full checkpoint; copy it instead")
     check_metadata(src, manifest)
+    writable(dst)
     model, optim = read_full(src)
     body = {k: v for k, v in manifest.items() if k != "files"}
     body.update(kind="full", consolidated_from=str(src))

@@ -1,11 +1,15 @@
 """Where ``shardcompat train`` saves its checkpoints and which one it resumes from.
 
 Checkpoints live in ``--checkpoint-dir`` as ``step-N`` folders (N optimizer steps done), each
-written by :func:`shardcompat.checkpoint.save_checkpoint`: built under a hidden temporary
-name and renamed into place with its manifest, so a folder named ``step-N`` is complete or
-absent.  A worker killed mid-save leaves only the hidden temporary, which never matches.
-``--resume auto`` still verifies a candidate's manifest and checksums before choosing it and
-falls back to the next newest, so a folder damaged afterwards costs steps, not the run.
+written by :func:`shardcompat.checkpoint.save_checkpoint`.  A new ``step-N`` is staged whole in
+a hidden ``.shardcompat-staging-<id>-step-N`` folder beside it and renamed to ``step-N`` with
+its manifest inside, so a folder of that name appears only complete; a worker killed mid-save
+leaves only the hidden staging, which never matches (the next save of that step removes it).
+A save into a ``step-N`` that already exists (a restarted attempt saving that step again)
+replaces its files through a journal; killed while moving them, it leaves the folder holding
+the journal, which reading refuses and never finishes (only the next save into it does), so
+it is skipped.  ``--resume auto`` verifies a candidate's manifest and checksums before choosing
+it and falls back to the next newest, so a folder damaged afterwards costs steps, not the run.
 """
 
 from __future__ import annotations
