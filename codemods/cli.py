@@ -8,7 +8,8 @@ request, off fairscale imports and the Transformers 4.x names ``shardcompat run`
 
 Default: print a unified diff and a summary, write nothing.  Exit codes: 0 clean (nothing
 found, or only what this run wrote), 1 ``--check`` found legacy usage (to change, held for
-review, or warned about), 2 a file could not be read or parsed.
+review, or warned about), 2 a file or folder could not be read, or a file could not be parsed
+or written.
 
 Start-up stays light: this module imports neither torch nor libcst; libcst is loaded only for
 the Python statements that need a rewrite.
@@ -18,14 +19,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from .formats.kinds import detect_kind
 from .run.context import Settings, fsdp_form_for, needles
 from .run.report import FileReport, RunReport
-from .run.walk import iter_files
+from .run.walk import iter_files, why_unreadable
 
 if TYPE_CHECKING:  # the rewriters and the evidence rules load only when a file matches
     from .run.engine import Job
@@ -40,6 +42,8 @@ __all__ = ["build_parser", "main", "pool_size", "run"]
 #: 9.7 s with two workers), so the bar is high.
 _PER_WORKER = 64
 _PARSED = frozenset({"python", "notebook", "markdown", "rst"})
+#: A file of this many characters shows its own progress (about a second to parse).
+_LONG = 1 << 20
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,8 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--diff", dest="mode", action="store_const", const="diff",
                       help="print a unified diff (the default)")
     mode.add_argument("--write", dest="mode", action="store_const", const="write",
-                      help="apply the changes in place (atomic writes; read-only files and links out "
-                      "of the tree are reported and left alone)")
+                      help="apply the changes (atomic writes keeping owner, group and mode; hard-linked "
+                      "files are written in place; read-only files and links out of the tree are "
+                      "reported and left alone)")
     parser.set_defaults(mode="diff")
     parser.add_argument("--to", choices=("list", "fsdp"), default="list",
                         help="target: the list syntax (default) or Transformers' FSDP arguments")
@@ -90,41 +95,89 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 class _Progress:
-    """A one-line progress counter on stderr, only on a terminal."""
+    """A one-line progress counter on stderr, only on a terminal; a long file (at least
+    :data:`_LONG` characters, parsed in this process) shows how far its parse is."""
 
     def __init__(self, total: int, enabled: bool) -> None:
         self.total, self.done = total, 0
         self.enabled = enabled and total > 0 and sys.stderr.isatty()
+        self.width = 0
+
+    def _show(self, line: str) -> None:
+        sys.stderr.write("\r" + line.ljust(self.width))
+        sys.stderr.flush()
+        self.width = len(line)
 
     def step(self) -> None:
         self.done += 1
         if self.enabled:
-            sys.stderr.write(f"\rshardcompat-migrate: {self.done}/{self.total} files")
-            sys.stderr.flush()
+            self._show(f"shardcompat-migrate: {self.done}/{self.total} files")
+
+    def within(self, name: str) -> Callable[[int, int], None] | None:
+        """The callback that shows the parse of file ``name`` (``None`` when off)."""
+        if not self.enabled:
+            return None
+        shown = [-1]
+
+        def update(done: int, total: int) -> None:
+            percent = 100 * done // total
+            if total >= _LONG and percent != shown[0]:
+                shown[0] = percent
+                self._show(f"shardcompat-migrate: {self.done}/{self.total} files, {name} {percent}%")
+
+        return update
 
     def close(self) -> None:
         if self.enabled:
-            sys.stderr.write("\r" + " " * 60 + "\r")
+            sys.stderr.write("\r" + " " * max(60, self.width) + "\r")
 
 
 def _scan(paths: Sequence[str], excludes: Sequence[str], wanted: tuple[bytes, ...],
           report: RunReport) -> list[tuple[str, str, str]]:
     """Read every file once for the byte prefilter: ``(root, path, kind)`` of the matches."""
     matched: list[tuple[str, str, str]] = []
+    names: dict[tuple[int, int], str] = {}  # (device, inode) -> the first name of a hard-linked file
     single = wanted[0] if len(wanted) == 1 else None
-    for root, path in iter_files(paths, excludes):
+
+    def unreadable(path: str, reason: str) -> None:
+        report.files.append(FileReport(_display(path), "unknown", error=reason))
+
+    for root, path in iter_files(paths, excludes, unreadable):
         report.scanned += 1
         try:
             with open(path, "rb") as handle:
                 data = handle.read()
         except OSError as error:
-            report.files.append(FileReport(_display(path), "unknown", error=f"cannot read: {error.strerror}"))
+            unreadable(path, why_unreadable(error))
             continue
         if (single in data) if single is not None else any(n in data for n in wanted):
             kind = detect_kind(path, data[:200])
-            if kind is not None:
-                matched.append((root, path, kind))
+            if kind is None:
+                continue
+            first = _first_name(path, names)
+            if first is not None:
+                report.files.append(FileReport(_display(path), kind, skipped=(
+                    f"another name (hard link) of {_display(first)}, which is migrated as itself; "
+                    "one file, rewritten once")))
+                continue
+            matched.append((root, path, kind))
     return matched
+
+
+def _first_name(path: str, names: dict[tuple[int, int], str]) -> str | None:
+    """The name a hard-linked ``path`` was first met by in this run (``None`` for a first
+    name, a file with one name or a symbolic link); remembers ``path`` in ``names``."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    if info.st_nlink < 2 or not stat.S_ISREG(info.st_mode):
+        return None
+    key = (info.st_dev, info.st_ino)
+    if key in names:
+        return names[key]
+    names[key] = path
+    return None
 
 
 def _evidence(roots: set[str]) -> dict[str, Evidence]:
@@ -190,7 +243,7 @@ def _run_jobs(jobs: list[Job], workers: int, progress: _Progress) -> Iterator[Fi
 
     if workers <= 1:
         for job in jobs:
-            yield process_file(job)
+            yield process_file(job, progress.within(job.display))
             progress.step()
         return
     from concurrent.futures import ProcessPoolExecutor
@@ -237,7 +290,7 @@ def _apply(report: RunReport, paths: dict[str, str], follow_links: bool) -> None
                 else:
                     result.skipped = "a symbolic link to a file migrated as itself: the link is left as it is"
                 continue
-            atomic_write(target, result.new_data)
+            result.written = atomic_write(target, result.new_data) or "atomic"
         except OSError as error:
             result.error = f"cannot write: {error.strerror or error}"
 
@@ -254,8 +307,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValueError as error:
             build_parser().error(str(error))
     for path in args.paths:
-        if not os.path.exists(path):
+        try:
+            os.stat(path)
+        except (FileNotFoundError, NotADirectoryError):
             build_parser().error(f"no such file or folder: {path}")
+        except OSError:
+            pass  # it exists but cannot be looked up: the run reports it ("permission denied"), exit 2
     report = run(args)
     out = sys.stdout
     if args.json:

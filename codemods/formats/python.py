@@ -1,6 +1,7 @@
 """Python files and Python snippets (notebook cells, Markdown blocks) by the libcst rules.
 
-The fast path: ``ast.parse`` the file (C, a few milliseconds), let :mod:`codemods.formats.pyscan` find
+The fast path: ``ast.parse`` the file (C, a few milliseconds; a long file in top-level pieces by
+:mod:`codemods.formats.pychunks`, keeping only the trees that mention a needle), let :mod:`codemods.formats.pyscan` find
 the statements a rule can act on, parse only those with libcst, run the rules of
 :mod:`codemods.rules` on them and splice their new text back by offset.  Line numbers come
 from the offsets; positions are resolved only for what a rule reports on a unit of several
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING
 from ..rules import python_rules
 from ..run.context import Settings
 from ..run.report import Edit, FileReport, Finding
+from .pychunks import Piece, Progress, check, module_of, parse_pieces
 from .spans import Issue, Rewrite, SpanEdit, apply_spans, file_skipped
 
 if TYPE_CHECKING:
@@ -48,6 +50,8 @@ class PythonResult:
     edits: list[Edit] = field(default_factory=list)
     warnings: list[Finding] = field(default_factory=list)
     whole: bool = False
+    #: the fast path parsed the rewritten pieces: the new code is known to parse
+    parses: bool = False
 
     def __post_init__(self) -> None:  # in file order, whichever path found them
         self.edits.sort(key=lambda e: e.line)
@@ -82,18 +86,25 @@ def migrate_module(source: bytes | str, settings: Settings) -> PythonResult:
     return PythonResult(code, records.edits, records.warnings, whole=True)
 
 
-def migrate_source(source: bytes | str, settings: Settings) -> PythonResult:
-    """Every Python rule on ``source``; raises :class:`NotPython` when it does not parse."""
+def migrate_source(source: bytes | str, settings: Settings, progress: Progress | None = None) -> PythonResult:
+    """Every Python rule on ``source``; raises :class:`NotPython` when it does not parse.
+    ``progress`` hears how far the parse of a long file is."""
     try:
         text, encoding = _decode(source) if isinstance(source, bytes) else (source, "")
     except (SyntaxError, UnicodeDecodeError, LookupError) as error:
         raise NotPython(str(error)) from error
     if file_skipped(text):
         return PythonResult(source)
+    # the whole file is parsed, in pieces; only the pieces a rule may act on keep their tree
+    # (the fairscale bindings need every use of a bound name: then every piece is kept)
+    keep_all = settings.fairscale_imports and "fairscale" in text
+    words = (["sharded_ddp"] if settings.legacy else []) + (["fairscale"] if settings.fairscale_imports else [])
     try:
-        tree = ast.parse(text)
+        kept = parse_pieces(text, (lambda _: True) if keep_all else (lambda piece: any(w in piece for w in words)),
+                            progress=progress)
     except (SyntaxError, ValueError):  # newer syntax than this Python's, or not Python at all
         return migrate_module(source, settings)
+    tree = module_of(kept)
     if settings.transformers_legacy:
         from ..rules.transformers_legacy.python import needs_module
 
@@ -112,7 +123,28 @@ def migrate_source(source: bytes | str, settings: Settings) -> PythonResult:
     result = PythonResult(source, records.edits, records.warnings)
     if new != text:
         result.code = new.encode(encoding) if isinstance(source, bytes) else new
+        result.parses = _pieces_parse(text, [piece for piece, _ in kept], edits)
     return result
+
+
+def _pieces_parse(text: str, pieces: list[Piece], edits: list[SpanEdit]) -> bool:
+    """Whether every piece an edit changed still parses: the other pieces parsed as they are,
+    and pieces that parse alone parse together (see :mod:`codemods.formats.pychunks`)."""
+    edits = sorted(edits, key=lambda e: e.start)
+    at = 0
+    for piece in pieces:
+        inside = []
+        while at < len(edits) and edits[at].start < piece.end:
+            edit = edits[at]
+            inside.append(replace(edit, start=edit.start - piece.start, end=edit.end - piece.start))
+            at += 1
+        if not inside:
+            continue
+        try:
+            ast.parse(apply_spans(text[piece.start:piece.end], inside))
+        except (SyntaxError, ValueError):
+            return False  # the whole file is checked again, for the error as it gives it
+    return True
 
 
 def _units(text: str, units: list[Unit], facts: Facts, settings: Settings) -> tuple[list[SpanEdit], Records]:
@@ -145,10 +177,11 @@ def _units(text: str, units: list[Unit], facts: Facts, settings: Settings) -> tu
     return edits, records
 
 
-def rewrite_python(data: bytes, settings: Settings, report: FileReport) -> bytes | None:
+def rewrite_python(data: bytes, settings: Settings, report: FileReport,
+                   progress: Progress | None = None) -> bytes | None:
     """The new bytes of a Python file (``None``: unchanged or an error, set on ``report``)."""
     try:
-        result = migrate_source(data, settings)
+        result = migrate_source(data, settings, progress)
     except NotPython as error:
         report.error = f"does not parse as Python: {error}"
         return None
@@ -158,7 +191,7 @@ def rewrite_python(data: bytes, settings: Settings, report: FileReport) -> bytes
     assert isinstance(new, bytes)
     if new == data:
         return None
-    problem = _unparsable(new, result.whole)
+    problem = "" if result.parses else _unparsable(new, result.whole)
     if problem:
         report.error = f"the rewrite would not parse ({problem}); not written"
         return None
@@ -176,8 +209,8 @@ def _unparsable(code: bytes | str, whole: bool) -> str:
             return str(error).splitlines()[0]
         return ""
     try:
-        ast.parse(code)
-    except (SyntaxError, ValueError) as error:
+        check(_decode(code)[0] if isinstance(code, bytes) else code)
+    except (SyntaxError, ValueError, UnicodeDecodeError, LookupError) as error:
         return str(error)
     return ""
 

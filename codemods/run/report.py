@@ -34,7 +34,8 @@ class Finding:
 class FileReport:
     """What happened to one file.
 
-    ``edits`` were applied (or would be, without ``--write``); ``review`` holds edits that were
+    ``edits`` were applied when ``written`` is set (else they would be: without ``--write``, or
+    for a file ``--write`` had to leave alone); ``review`` holds edits that were
     found but not made: the file is out of ``scope`` (``review``: no evidence of Transformers;
     ``foreign``: another framework's own flag) or the command runs a script with a local
     boolean flag; ``error`` is set when the file could not be read, parsed, or its rewrite did
@@ -51,6 +52,9 @@ class FileReport:
     new_data: bytes | None = None
     diff: str = ""
     skipped: str | None = None  # why --write left this changed file alone, where that is no error
+    #: set once ``--write`` wrote the file: ``"atomic"`` (beside it, then renamed over it), else why
+    #: it was written in place (a hard-linked file, an owner this user cannot give a new file)
+    written: str | None = None
 
     @property
     def changed(self) -> bool:
@@ -67,6 +71,8 @@ class FileReport:
             "warnings": [asdict(w) for w in self.warnings],
             "error": self.error,
             "skipped": self.skipped,
+            "written": self.written is not None,
+            "written_in_place": None if self.written in (None, "atomic") else self.written,
         }
 
 
@@ -153,8 +159,17 @@ def _rows(report: FileReport, mode: str) -> Iterable[str]:
         yield f"{report.path}: error: {report.error}"
     if report.skipped:
         yield f"{report.path}: skipped: {report.skipped}"
+    if report.written not in (None, "atomic"):
+        yield f"{report.path}: {report.written}"
+    # what was written reads as done; what was not (--check, --diff, or a file --write had to
+    # leave alone) says so on every line
+    if report.written is not None:
+        done = ""
+    elif mode == "write":
+        done = "not changed: would "
+    else:
+        done = "would "
     for edit in report.edits:
-        done = "" if mode == "write" else "would "
         note = f" (not equivalent: {edit.note})" if edit.note and edit.rule == "to-fsdp" else (
             f" ({edit.note})" if edit.note else "")
         yield f"{_at(report.path, edit.line)}: {done}{edit.rule}: {edit.before!r} -> {edit.after!r}{note}"

@@ -1,0 +1,7 @@
+"""``python -m codemods``: the ``shardcompat-migrate`` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())
