@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from typing import Any
@@ -9,8 +10,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from . import _exit_guard
+from . import _exit_guard, _rng
 from .backends import OptimizerFactory, Placement, get, resolve
+from .backends._unused import SETTING
 from .options import OptionsInput, parse_options
 from .prepared import Prepared, shared_names
 
@@ -86,6 +88,7 @@ def prepare(
     device: str | torch.device | None = None,
     process_group: Any = None,
     optimizer_kwargs: dict[str, Any] | None = None,
+    find_unused_parameters: bool | None = None,
 ) -> Prepared:
     """Wrap ``model`` for sharded data parallel training as ``options`` ask.
 
@@ -93,14 +96,23 @@ def prepare(
     ``optimizer_kwargs``): sharded backends must build it on the shards after wrapping.
     ``backend`` is ``auto`` (the first capable backend, native torch first), ``torch``,
     ``fairscale`` or a backend name; a ``backend=`` inside ``options`` counts when this is auto.
+    ``find_unused_parameters`` goes to the ``DistributedDataParallel`` a backend builds; ``None``
+    is the Trainer's default (on for a Transformers model not checkpointing activations).
+
+    It leaves every random stream (torch CPU and CUDA, NumPy, Python) as it found it: probing,
+    planning and wrapping are not training, and a wrapper that draws (fairscale FSDP does) would
+    otherwise give this rank other dropout masks than DDP would.
     """
     opts = parse_options(options, stacklevel=3)
     factory = _factory(optimizer, optimizer_kwargs)
     _check_model(model)
     placement = placement_from_env(device, process_group)
     _exit_guard.install()
-    plan = resolve(opts, backend, placement)
-    tied = shared_names(model)  # before a backend flattens the parameters away
-    prepared = get(plan.backend).wrap(model, factory, plan, placement)
+    with _rng.unchanged():
+        plan = resolve(opts, backend, placement)
+        if find_unused_parameters is not None:
+            plan = dataclasses.replace(plan, settings={**plan.settings, SETTING: find_unused_parameters})
+        tied = shared_names(model)  # before a backend flattens the parameters away
+        prepared = get(plan.backend).wrap(model, factory, plan, placement)
     prepared.tied = tied
     return prepared

@@ -8,13 +8,15 @@ import json
 import platform
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from .options import BACKEND_CHOICES, ShardingOptionsError, parse_options
+from .options import BACKEND_CHOICES, ShardingOptionsError
 
 __all__ = ["build_parser", "main"]
+
+_T = TypeVar("_T")
 
 
 def _versions() -> dict[str, str | None]:
@@ -73,8 +75,11 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
+    from .explain import explain
+
     try:
-        data, lines = explain(args)
+        data, lines = explain(" ".join(args.options), backend=args.backend, nproc=args.nproc, nnodes=args.nnodes,
+                              device=args.device, fairscale=args.fairscale, memory=args)
     except ShardingOptionsError:
         raise  # a bad option string: main() reports it as it does for every command
     except ValueError as error:
@@ -84,126 +89,52 @@ def _explain(args: argparse.Namespace) -> int:
     return 0 if data["chosen"] else 1
 
 
-def explain(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
-    """What ``shardcompat explain`` shows: its JSON data and its text lines (``shardcompat run``
-    prints the same for the job it runs); ValueError for a layout that cannot be planned."""
-    from .backends import Placement, assess, candidates
-    from .backends._optim import refused_optimizers
-
-    options = parse_options(args.options)
-    per_node, nnodes, source = _layout(args)
-    placement = Placement(
-        world_size=per_node * nnodes,
-        local_world_size=per_node,
-        device="cuda" if args.device == "cuda" else "cpu",
-    )
-    hf = options.to_hf_fsdp()
-    rows: list[dict[str, Any]] = []
-    for name in candidates(args.backend if args.backend != "auto" else options.backend):
-        found = assess(name, options, placement)
-        row: dict[str, Any] = {"backend": name}
-        if isinstance(found, str):
-            row["reason"] = found
-        else:
-            row.update(call=found.call, notes=list(found.notes), effective_stage=found.zero_stage)
-            row["refused_optimizers"] = refused_optimizers(name)
-        rows.append(row)
-    chosen = next((r["backend"] for r in rows if "call" in r), None)
-    from . import _explain_memory as memory
-
-    sized = memory.memory_section(args, options, placement, rows, chosen, args.backend) if memory.wanted(args) else {}
-    data = {
-        "options": str(options),
-        "sharding": bool(options),
-        "transformers_fsdp": {"fsdp": hf.fsdp, "fsdp_config": hf.fsdp_config},
-        "placement": {"world_size": placement.world_size, "nnodes": placement.nnodes,
-                      "ranks_per_node": placement.local_world_size, "device": placement.device, "source": source},
-        "chosen": chosen,
-        "backends": rows,
-        **sized,
-    }
-    facade = _facade() if args.fairscale else []
-    if facade:
-        data["fairscale_facade"] = facade
-    lines = [f"canonical:    {data['options'] or '(off: plain DDP)'}"]
-    lines.append(f"--fsdp:       {hf.fsdp or '(none)'} {json.dumps(hf.fsdp_config) if hf.fsdp_config else ''}".rstrip())
-    lines.append(f"placement:    {placement.world_size} rank(s) on {placement.nnodes} node(s) of "
-                 f"{placement.local_world_size}, {placement.device} ({source})")
-    lines.append(f"chosen:       {chosen or 'none can serve these options here'}\n")
-    for row in rows:
-        mark = "*" if row["backend"] == chosen else " "
-        if "call" in row:
-            lines.append(f"{mark} {row['backend']}:\n    {row['call']}")
-            for note in row["notes"]:
-                lines.append(f"    note: {note}")
-            if row["refused_optimizers"]:
-                lines.append(f"    refuses: {'; '.join(row['refused_optimizers'])} (docs/optimizers.md)")
-        else:
-            reason = row["reason"]
-            lines.append(f"{mark} {row['backend']}: {reason[:1].upper()}{reason[1:].rstrip('.')}.")
-    if sized:
-        lines += memory.render(sized, rows, chosen)
-    if facade:
-        lines.append("\nshardcompat.fairscale:")
-        for line in facade:
-            lines.append(f"  {line}")
-    return data, "\n".join(lines).split("\n")
-
-
-def _layout(args: argparse.Namespace) -> tuple[int, int, str]:
-    """``(ranks per node, nodes, where that came from)`` for ``explain``.
-
-    The command line wins (plan for a cluster without launching on it); else, run under a
-    launcher (``torchrun ... -m shardcompat explain``), its ``WORLD_SIZE`` and
-    ``LOCAL_WORLD_SIZE``; else one node of two ranks.
-    """
-    for flag in ("nproc", "nnodes"):
-        value = getattr(args, flag)
-        if value is not None and value < 1:
-            raise ValueError(f"--{flag} must be at least 1, got {value}")
-    if args.nproc is not None or args.nnodes is not None:
-        return args.nproc or 2, args.nnodes or 1, "from the command line"
-    import os
-
-    world, local = os.environ.get("WORLD_SIZE"), os.environ.get("LOCAL_WORLD_SIZE")
-    if world and local and world.isdigit() and local.isdigit() and int(local) > 0:
-        return int(local), max(1, int(world) // int(local)), "from the launcher's WORLD_SIZE and LOCAL_WORLD_SIZE"
-    return 2, 1, "default: one node of 2 ranks"
-
-
-def _consolidate(args: argparse.Namespace) -> int:
-    """Exit 2 where the destination is refused (nothing written), 1 where the source is bad."""
-    from .checkpoint import CheckpointError, WriteRefused, consolidate
+def _checkpoint_command(work: Callable[[], _T], show: Callable[[_T], int]) -> int:
+    """``show(work())``; a bad checkpoint is one line and exit 1, a refused destination exit 2
+    (nothing written)."""
+    from .checkpoint import CheckpointError, WriteRefused
 
     try:
-        written = consolidate(args.src, args.dst)
+        result = work()
     except CheckpointError as error:
         print(f"shardcompat checkpoint: error: {error}", file=sys.stderr)
         return 2 if isinstance(error, WriteRefused) else 1
-    print(f"wrote full checkpoint {written}")
-    return 0
+    return show(result)
+
+
+def _consolidate(args: argparse.Namespace) -> int:
+    from .checkpoint import consolidate
+
+    def show(written: Any) -> int:
+        print(f"wrote full checkpoint {written}")
+        return 0
+
+    return _checkpoint_command(lambda: consolidate(args.src, args.dst), show)
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from .checkpoint import CheckpointError, read_manifest
+    from .checkpoint import read_manifest
 
-    try:
-        manifest = read_manifest(args.path)
-    except CheckpointError as error:
-        print(f"shardcompat checkpoint: error: {error}", file=sys.stderr)
-        return 1
-    print(
-        f"{args.path}: {manifest['kind']} checkpoint, step {manifest['step']}, saved by "
-        f"{manifest['backend']} '{manifest['options']}' on {manifest['world_size']} ranks, "
-        f"{len(manifest['files'])} files verified"
-    )
-    return 0
+    def show(manifest: dict[str, Any]) -> int:
+        print(
+            f"{args.path}: {manifest['kind']} checkpoint, step {manifest['step']}, saved by "
+            f"{manifest['backend']} '{manifest['options']}' on {manifest['world_size']} ranks, "
+            f"{len(manifest['files'])} files verified"
+        )
+        return 0
+
+    return _checkpoint_command(lambda: read_manifest(args.path), show)
 
 
-def _facade() -> list[str]:
-    from .fairscale import describe
+def _inspect(args: argparse.Namespace) -> int:
+    """Exit 1 where the checkpoint cannot be read or contradicts itself, else 0 (missing parts are listed)."""
+    from .checkpoint.formats import describe
 
-    return describe()
+    def show(found: Any) -> int:
+        print(json.dumps(found.to_json(), indent=2) if args.json else "\n".join(found.lines()))
+        return 1 if found.inconsistent else 0
+
+    return _checkpoint_command(lambda: describe(args.path), show)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -225,7 +156,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     explain = sub.add_parser("explain", help="what the options become on each backend, and will my model fit",
                              epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    explain.add_argument("options", nargs="?", default="", help="e.g. 'zero_dp_3 offload auto_wrap'")
+    # Words as a shell splits them (explain zero_dp_3 offload) read as the quoted text, as train's
+    # --sharded_ddp does: _explain joins them.
+    explain.add_argument("options", nargs="*", default=[], metavar="OPTIONS",
+                         help="e.g. 'zero_dp_3 offload auto_wrap' (quoted or not)")
     explain.add_argument(
         "--fairscale", action="store_true",
         help="also say which implementation serves each class of shardcompat.fairscale",
@@ -250,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.configure_parser(runner)
     runner.set_defaults(run=train.run)
 
-    checkpoint = sub.add_parser("checkpoint", help="inspect and convert shardcompat checkpoints")
+    checkpoint = sub.add_parser("checkpoint", help="inspect, verify and consolidate checkpoints")
     commands = checkpoint.add_subparsers(dest="checkpoint_command", required=True)
     cons = commands.add_parser("consolidate", help="turn a sharded checkpoint into the full format")
     cons.add_argument("src", type=Path, help="the sharded checkpoint directory")
@@ -262,6 +196,12 @@ def build_parser() -> argparse.ArgumentParser:
     verify = commands.add_parser("verify", help="check a checkpoint's files against its manifest")
     verify.add_argument("path", type=Path)
     verify.set_defaults(run=_verify)
+    inspect = commands.add_parser(
+        "inspect", help="what a checkpoint holds: shardcompat, torch DCP, Hugging Face, optimizer state files",
+    )
+    inspect.add_argument("path", type=Path, help="a checkpoint folder or file (its format is read from the files)")
+    inspect.add_argument("--json", action="store_true", help="print JSON")
+    inspect.set_defaults(run=_inspect)
 
     from .transformers._cli import add_run_command  # imports no Transformers until a script runs
 
@@ -282,9 +222,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
     try:
         code: int = args.run(args)
+        sys.stdout.flush()
     except ShardingOptionsError as error:
         parser.exit(2, f"shardcompat {args.command}: error: {error}\n")
+    except BrokenPipeError:  # `shardcompat explain ... | head -1`: the reader has had enough
+        _silence_stdout()
+        return 141  # 128 + SIGPIPE, what a shell reports for a command killed by it
+    except KeyboardInterrupt:
+        print(f"shardcompat {args.command}: interrupted", file=sys.stderr)
+        return 130
     return code
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's own flush at exit cannot fail again."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 if __name__ == "__main__":  # pragma: no cover

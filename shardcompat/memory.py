@@ -163,6 +163,37 @@ def plan_stage(options: str | ShardingOptions, backend: str, world_size: int, de
         return parsed.zero_stage
 
 
+def _whole_root(parsed: ShardingOptions, backend: str) -> str | None:
+    """Why ZeRO-3 holds the whole model from forward to backward on ``backend``, if it does.
+
+    FSDP1 and fairscale FSDP never reshard their root unit after forward; without auto_wrap
+    the root is the whole model, so forward ends holding 4Ψ + the shard: ZeRO-2's bytes.
+    """
+    from .options import Stage
+
+    if parsed.stage is not Stage.ZERO_DP_3 or parsed.auto_wrap or backend not in ("torch-fsdp1", "fairscale-fsdp"):
+        return None
+    who = "FSDP1" if backend == "torch-fsdp1" else "fairscale FSDP (disable_reshard_on_root)"
+    return (f"{who} keeps its root unit, here the whole model, gathered from forward to "
+            "backward by design; add auto_wrap to gather one block at a time")
+
+
+def held_whole_from_forward(options: str | ShardingOptions, backend: str, world_size: int,
+                            device: str = "cpu") -> str | None:
+    """Why ``backend``'s plan for ``options`` holds the whole parameters from forward to
+    backward (so a rank's state can peak after forward, before any gradient exists), or
+    ``None`` where it reshards them: the same rule :func:`off_model_reason` predicts bytes by."""
+    from .options import parse_options
+
+    parsed = parse_options(options)
+    stage = plan_stage(parsed, backend, world_size, device)
+    if stage == 0:
+        return "plain DDP holds the whole model on every rank"
+    if stage in (1, 2):
+        return f"ZeRO-{stage} shards only the gradients and optimizer state, never the parameters"
+    return _whole_root(parsed, backend)
+
+
 def off_model_reason(
     options: str | ShardingOptions, backend: str, world_size: int, psi: int, measured: float,
     *, stage: int | None = None, device: str = "cpu",
@@ -174,7 +205,7 @@ def off_model_reason(
     same tolerance, so the note cannot blame the wrong thing; anything else is said to be
     unexplained.  ``stage`` defaults to :func:`plan_stage`.
     """
-    from .options import Precision, Stage, parse_options
+    from .options import Precision, parse_options
 
     parsed = parse_options(options)
     stage = plan_stage(parsed, backend, world_size, device) if stage is None else stage
@@ -185,15 +216,11 @@ def off_model_reason(
     head = f"{ratio:.2f}x the ZeRO-{stage} model"
     causes: list[str] = []
     predicted = model
-    # FSDP1 and fairscale FSDP never reshard their root unit after forward; without auto_wrap
-    # the root is the whole model, so forward ends holding 4Ψ + the shard: ZeRO-2's bytes.
-    root = parsed.stage is Stage.ZERO_DP_3 and not parsed.auto_wrap and backend in ("torch-fsdp1", "fairscale-fsdp")
+    root = _whole_root(parsed, backend)
     if root:
         predicted = zero_model_bytes(2, psi, world_size)
-        who = "FSDP1" if backend == "torch-fsdp1" else "fairscale FSDP (disable_reshard_on_root)"
-        causes.append(f"{who} keeps its root unit, here the whole model, gathered from forward to "
-                      "backward by design; add auto_wrap to gather one block at a time")
-    gathered = stage == 2 or root  # full parameters held from forward to backward
+        causes.append(root)
+    gathered = stage == 2 or bool(root)  # full parameters held from forward to backward
     # The FSDP family gathers mixed precision's parameters in 16 bits: 2Ψ, not the model's 4Ψ.
     if gathered and parsed.mixed_precision in (Precision.BF16, Precision.FP16) and backend in _FSDP_FAMILY:
         predicted -= 2 * psi

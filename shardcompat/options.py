@@ -39,6 +39,8 @@ __all__ = [
     "Token",
     "Tunable",
     "legacy_simple",
+    "parse_integer",
+    "parse_number",
     "parse_options",
 ]
 
@@ -198,26 +200,49 @@ def _parse_bool(text: str) -> bool:
     raise ValueError("expected true or false")
 
 
-def _parse_positive_float(text: str) -> float:
+# Numbers are written in ASCII digits only: int() and float() also read other scripts' digits
+# ("٣", "３"), which would make 'stage=٣' mean what 'zero_dp_٣' does not.
+_DIGITS = r"[0-9](?:_?[0-9])*"  # Python's own digit grouping (1_000) is ASCII too
+_INTEGER = re.compile(rf"[+-]?{_DIGITS}")
+_NUMBER = re.compile(rf"[+-]?(?:{_DIGITS}(?:\.(?:{_DIGITS})?)?|\.{_DIGITS})(?:[eE][+-]?{_DIGITS})?")
+_MAX_BUCKET_CAP_MB = 2.0**20  # 1 TiB: more than any model's gradients, far below an overflow in DDP
+_MAX_COUNT = 2**63 - 1  # torch's largest tensor size (int64)
+
+
+def parse_number(text: str) -> float:
+    """A finite number written in ASCII (``50``, ``0.5``, ``1e8``); ValueError otherwise."""
+    if not _NUMBER.fullmatch(text.strip()):
+        raise ValueError(f"not a number in ASCII digits: {_quoted(text)}")
     value = float(text)
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError("expected a positive number")
+    if not math.isfinite(value):
+        raise ValueError(f"not a finite number: {_quoted(text)}")
+    return value
+
+
+def parse_integer(text: str) -> int:
+    """A whole number written in ASCII digits (an optional sign, no ``_``); ValueError otherwise."""
+    if not _INTEGER.fullmatch(text.strip()):
+        raise ValueError(f"not a whole number in ASCII digits: {_quoted(text)}")
+    return int(text)
+
+
+def _parse_bucket_cap(text: str) -> float:
+    value = parse_number(text)
+    if not 0 < value <= _MAX_BUCKET_CAP_MB:
+        raise ValueError("out of range")
     return value
 
 
 def _parse_count(text: str) -> int:
-    try:
-        return _check_count(int(text))
-    except ValueError:
-        value = float(text)  # "1e8" style
-    if not math.isfinite(value) or value != int(value):
-        raise ValueError("expected a whole number")
-    return _check_count(int(value))
-
-
-def _check_count(value: int) -> int:
-    if value < 0:
-        raise ValueError("expected a number >= 0")
+    if _INTEGER.fullmatch(text.strip()):
+        value = int(text)
+    else:
+        number = parse_number(text)  # "1e8" style
+        if number != int(number):
+            raise ValueError("expected a whole number")
+        value = int(number)
+    if not 0 <= value <= _MAX_COUNT:
+        raise ValueError("out of range")
     return value
 
 
@@ -246,10 +271,9 @@ def _parse_backend(text: str) -> str:
 
 
 def _parse_stage_number(text: str) -> Stage | None:
-    number = int(text)
-    if number not in (0, 1, 2, 3):
+    if text not in ("0", "1", "2", "3"):
         raise ValueError("expected 0, 1, 2 or 3")
-    return (None, Stage.ZERO_DP_1, Stage.ZERO_DP_2, Stage.ZERO_DP_3)[number]
+    return (None, Stage.ZERO_DP_1, Stage.ZERO_DP_2, Stage.ZERO_DP_3)[int(text)]
 
 
 def _format_number(value: float) -> str:
@@ -282,8 +306,8 @@ class Tunable:
 TUNABLES: Mapping[str, Tunable] = {
     t.key: t
     for t in (
-        Tunable("bucket_cap_mb", "bucket_cap_mb", "Gradient bucket size in MiB (DDP, ShardedDDP, fairscale FSDP reduce-scatter).", "a positive number", _parse_positive_float),
-        Tunable("min_num_params", "min_num_params", "auto_wrap: wrap every submodule with at least this many parameters.", "a whole number, 1e8 style accepted", _parse_count, fsdp_only=True),
+        Tunable("bucket_cap_mb", "bucket_cap_mb", "Gradient bucket size in MiB (DDP, ShardedDDP, fairscale FSDP reduce-scatter).", "a number of MiB above 0, at most 1048576 (1 TiB)", _parse_bucket_cap),
+        Tunable("min_num_params", "min_num_params", "auto_wrap: wrap every submodule with at least this many parameters.", "a whole number from 0 to 2**63-1, 1e8 style accepted", _parse_count, fsdp_only=True),
         Tunable("wrap", "wrap", "auto_wrap: wrap every submodule of these classes.", "comma-separated class names", _parse_class_names, fsdp_only=True),
         Tunable("mixed_precision", "mixed_precision", "Compute dtype for parameters and gradient reduction.", "fp16, bf16 or fp32", _enum_parser(Precision)),
         Tunable("backward_prefetch", "backward_prefetch", "When to prefetch the next unit's parameters in backward.", "pre, post or none", _enum_parser(Prefetch), fsdp_only=True),
@@ -462,6 +486,14 @@ class ShardingOptions:
         }
         for name, fn in coerce.items():
             object.__setattr__(self, name, fn(getattr(self, name)))
+        for key, value in (("bucket_cap_mb", self.bucket_cap_mb), ("min_num_params", self.min_num_params)):
+            if value is not None:  # built directly, not parsed: the same bounds as the grammar's
+                try:
+                    TUNABLES[key].parse(_format_value(value))
+                except ValueError:
+                    raise ShardingOptionsError(f"{key}={_format_value(value)[:_QUOTE_LIMIT]} is out of range: "
+                                               f"expected {TUNABLES[key].values}", token=key,
+                                               choices=[TUNABLES[key].values]) from None
         if (self.wrap or self.min_num_params is not None) and not self.auto_wrap:
             object.__setattr__(self, "auto_wrap", True)
         for rule in RULES:
@@ -624,17 +656,36 @@ _SEPARATORS = re.compile(r"[\s;]+")
 _COMMA_SPACES = re.compile(r"\s*,\s*")
 
 
+_QUOTE_LIMIT = 60  # characters of an input an error quotes before it shortens it
+
+
+def _quoted(text: str) -> str:
+    """``text`` quoted for an error, shortened when long: a huge input is not echoed back."""
+    if len(text) > _QUOTE_LIMIT:
+        half = _QUOTE_LIMIT // 2
+        text = f"{text[:half]}...{text[-10:]} ({len(text)} characters)"
+    return repr(text)
+
+
+def _in(source: str, word: str) -> str:
+    """Where ``word`` was found, for an error that has quoted ``word`` already: ``" in '<source>'"``,
+    or nothing when that would quote the same (or a long) input a second time."""
+    if source.strip() == word.strip() or len(word) > _QUOTE_LIMIT:
+        return ""
+    return f" in {_quoted(source)}"
+
+
 def _closest(word: str, choices: Iterable[str]) -> str | None:
-    found = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    found = difflib.get_close_matches(word[:_QUOTE_LIMIT], list(choices), n=1, cutoff=0.6)
     return found[0] if found else None
 
 
 def _unknown(word: str, source: str, *, choices: Iterable[str], what: str) -> ShardingOptionsError:
     choices = tuple(choices)
     guess = _closest(word, choices)
-    hint = f"; did you mean '{guess}'?" if guess else ""
+    hint = f"; did you mean '{guess}'?" if guess else "."
     return ShardingOptionsError(
-        f"unknown {what} '{word}' in {source!r}{hint} Valid: {', '.join(choices)}",
+        f"unknown {what} {_quoted(word)}{_in(source, word)}{hint} Valid: {', '.join(choices)}",
         token=word,
         choices=choices,
         suggestion=guess,
@@ -718,14 +769,14 @@ def parse_options(value: OptionsInput, *, stacklevel: int = 2) -> ShardingOption
         )
     words = _split(source)
     if not words and source.strip():
-        _warn(f"sharding options {source!r} hold no option (only separators): they mean off, plain DDP "
+        _warn(f"sharding options {_quoted(source)} hold no option (only separators): they mean off, plain DDP "
               "(no sharding); leave them out (or pass None) for that", stacklevel + 1)
     if len(words) == 1 and _normalise(words[0]) in _LEGACY_TRUE | _LEGACY_FALSE:
         return _legacy(_normalise(words[0]) in _LEGACY_TRUE, repr(words[0]), stacklevel + 1)
     options, repeated = _from_words(words, source)
     if repeated:
         verb = "repeats" if len(repeated) == 1 else "repeat"
-        _warn(f"{', '.join(repr(w) for w in repeated)} {verb} what {source!r} already says; "
+        _warn(f"{', '.join(repr(w) for w in repeated)} {verb} what {_quoted(source)} already says; "
               f"the options are '{options}'", stacklevel + 1)
     return options
 
@@ -744,7 +795,7 @@ def _from_words(words: list[str], source: str) -> tuple[ShardingOptions, list[st
         nonlocal stage_from
         if stage_from is not None and found.get("stage") != stage:
             raise ShardingOptionsConflict(
-                f"'{stage_from}' and '{word}' choose two different stages in {source!r}; keep one",
+                f"{_quoted(stage_from)} and {_quoted(word)} choose two different stages{_in(source, word)}; keep one",
                 rule="two-stages",
                 token=word,
             )
@@ -763,7 +814,7 @@ def _from_words(words: list[str], source: str) -> tuple[ShardingOptions, list[st
                 parsed = tunable.parse(raw_value.strip())
             except (ValueError, OverflowError):
                 raise ShardingOptionsError(
-                    f"bad value {raw_value!r} for {key}= in {source!r}: expected {tunable.values}",
+                    f"bad value {_quoted(raw_value)} for {key}={_in(source, word)}: expected {tunable.values}",
                     token=word,
                     choices=[tunable.values],
                 ) from None
@@ -772,7 +823,7 @@ def _from_words(words: list[str], source: str) -> tuple[ShardingOptions, list[st
                 continue
             if key in found and found[key] != parsed:
                 raise ShardingOptionsConflict(
-                    f"{key}= is given twice with different values in {source!r}; keep one",
+                    f"{key}= is given twice with different values{_in(source, word)}; keep one",
                     rule="repeated-setting",
                     token=word,
                 )
@@ -783,7 +834,7 @@ def _from_words(words: list[str], source: str) -> tuple[ShardingOptions, list[st
         name = _normalise(word)
         if name in _LEGACY_TRUE | _LEGACY_FALSE:
             raise ShardingOptionsError(
-                f"the boolean '{word}' cannot be combined with other options in {source!r}; "
+                f"the boolean {_quoted(word)} cannot be combined with other options{_in(source, word)}; "
                 "use the list syntax alone, e.g. 'simple' or 'zero_dp_2 offload'",
                 token=word,
                 choices=TOKENS,

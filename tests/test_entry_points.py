@@ -1,7 +1,7 @@
 """The same sharding options text gets the same answer from every entry point.
 
-``parse_options``, ``shardcompat explain``, ``shardcompat train``'s flag (quoted, and unquoted
-as a shell splits it), ``prepare()``, ``add_sharded_ddp_argument`` and the Transformers
+``parse_options``, ``shardcompat explain`` and ``shardcompat train``'s flag (each quoted, and
+unquoted as a shell splits it), ``prepare()``, ``add_sharded_ddp_argument`` and the Transformers
 ``TrainingArguments`` drop-in each answer a text with one canonical form or one refusal, and
 with the same warnings (``ShardingOptionsWarning`` for repeated words and separator-only
 text, ``FutureWarning`` for the legacy boolean).  A fixed corpus runs in the default suite;
@@ -112,10 +112,11 @@ def _prepare(text: str) -> ShardingOptions:
     raise AssertionError("prepare() went past resolve")
 
 
-def _explain(text: str) -> ShardingOptions:
+def _explain(text: str | list[str]) -> ShardingOptions:
+    """``shardcompat explain --json`` of one quoted text, or of the words a shell split it into."""
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        main(["explain", "--json", "--", text])
+        main(["explain", "--json", "--", *([text] if isinstance(text, str) else text)])
     return parse_options(json.loads(out.getvalue())["options"])  # the canonical form it printed
 
 
@@ -143,6 +144,7 @@ def _entry_points(text: str, with_transformers: bool) -> dict[str, tuple[Answer,
     if words and not any(w.startswith("-") for w in words):
         answers["train --sharded_ddp ..."] = (_answer(lambda: _parsed(_train_parser(), ["--sharded_ddp", *words])), False)
         answers["parse_options(words)"] = (_answer(lambda: parse_options(words)), False)
+        answers["explain ..."] = (_answer(lambda: _explain(words)), False)
     if with_transformers:
         answers["TrainingArguments"] = (_answer(lambda: _training_arguments(text)), True)
     return answers

@@ -82,13 +82,14 @@ def test_stalled_rank_times_out_the_collective() -> None:
     assert error.stalled == (1,) and "rank(s) 1 were still running" in str(error), str(error)
     assert "timed out" in error.details.lower() or "timeout" in error.details.lower(), error.details
     assert elapsed >= COLLECTIVE, "it failed before the collective timeout: not the case under test"
+    assert f"the collective limit is {COLLECTIVE:g} s; raise it with spawn(collective_timeout=...)" in str(error)
 
 
 @pytest.mark.slow
 def test_job_timeout_stops_every_rank() -> None:
     error, _ = _run(_sleeps, timeout=3)
     assert isinstance(error, WorkerTimeout), error
-    assert "3 s limit" in str(error)
+    assert "3 s limit" in str(error) and "job limit (spawn(timeout=...)" in str(error), str(error)
 
 
 # ------------------------------------------------------------------ options at odds

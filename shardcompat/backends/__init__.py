@@ -14,13 +14,13 @@ from collections.abc import Sequence
 from ..options import BACKEND_NAMES, ShardingOptions
 from ._base import (
     FAIRSCALE_MISSING,
-    Backend,
     OptimizerFactory,
     Placement,
     Plan,
     Probe,
     UnsupportedOptions,
 )
+from ._protocol import Backend
 
 __all__ = [
     "Backend",

@@ -1,22 +1,22 @@
-"""The small protocol every backend satisfies, and the values that cross it."""
+"""The values that cross the :class:`~shardcompat.backends._protocol.Backend` protocol: what a
+backend found (``Probe``), where the job runs (``Placement``), what it will do (``Plan``), and
+its refusal (``UnsupportedOptions``).  Below ``prepared`` (which holds a ``Plan``), so nothing
+here imports upward."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from ..options import ShardingOptions, Stage
+from ..options import ShardingOptions
 
 if TYPE_CHECKING:
     import torch
     from torch.distributed import ProcessGroup
 
-    from ..prepared import Prepared
-
 __all__ = [
     "FAIRSCALE_MISSING",
-    "Backend",
     "OptimizerFactory",
     "Placement",
     "Plan",
@@ -100,27 +100,3 @@ class UnsupportedOptions(ValueError):
         self.backend = backend
         self.reason = reason
         self.fix = fix
-
-
-class Backend(Protocol):
-    """One implementation of sharded data parallelism.
-
-    ``serves`` lists the stages it can ever serve (``None`` is plain DDP); whether it can
-    serve a particular request *here* is ``probe()`` plus ``plan()``, which raises
-    :class:`UnsupportedOptions` with the reason.
-    """
-
-    name: str
-    serves: frozenset[Stage | None]
-
-    def probe(self) -> Probe: ...
-
-    def plan(self, options: ShardingOptions, placement: Placement) -> Plan: ...
-
-    def wrap(
-        self,
-        model: torch.nn.Module,
-        optimizer: OptimizerFactory,
-        plan: Plan,
-        placement: Placement,
-    ) -> Prepared: ...

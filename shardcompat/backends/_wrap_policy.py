@@ -5,6 +5,12 @@ The rule is chosen in one order everywhere: ``wrap=ClassName,...``, else the mod
 (default :data:`DEFAULT_MIN_NUM_PARAMS`).  Each backend turns the rule into its own
 mechanism (an FSDP1 policy object, a list of modules for ``fully_shard``), so the same
 options give the same units on every backend.
+
+Tied parameters stay together: a group of parameters that are one tensor (found by identity,
+as a head tied to its embedding is) or that the model declares tied (Hugging Face's
+``_tied_weights_keys``) is never split between units.  A module that holds only part of a
+group is not made a unit (its parameters count into its parent, up to the root), so BERT's
+embeddings, whose word embedding is the masked-LM decoder's weight, shard with the root.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ __all__ = [
     "WrapRule",
     "describe_rule",
     "modules_to_wrap",
+    "tied_groups",
     "wrap_rule",
 ]
 
@@ -103,23 +110,71 @@ def wrap_rule(model: nn.Module, options: ShardingOptions) -> WrapRule:
     return WrapRule(frozenset(), DEFAULT_MIN_NUM_PARAMS, "default min_num_params")
 
 
+def _declared_ties(model: nn.Module, names: set[str]) -> list[tuple[str, str]]:
+    """``(target, source)`` pairs the model and its submodules declare in ``_tied_weights_keys``:
+    a ``{target: source}`` mapping (Transformers 5), or a list of targets tied to the input
+    embedding (4.x).  Ignored where the config unties the embeddings."""
+    config = getattr(model, "config", None)
+    if getattr(config, "tie_word_embeddings", True) is False:
+        return []
+    pairs: list[tuple[str, str]] = []
+    for prefix, module in model.named_modules():
+        declared = getattr(module, "_tied_weights_keys", None)
+        if not declared:
+            continue
+        base = f"{prefix}." if prefix else ""
+        if isinstance(declared, dict):
+            pairs += [(base + str(t), base + str(s)) for t, s in declared.items()]
+            continue
+        embeddings = getattr(module, "get_input_embeddings", None)
+        source = embeddings() if callable(embeddings) else None
+        source_name = next((n for n, p in model.named_parameters(remove_duplicate=False)
+                            if source is not None and p is getattr(source, "weight", None)), None)
+        if source_name is not None:
+            pairs += [(base + str(t), source_name) for t in declared if str(t).endswith("weight")]
+    return [(t, s) for t, s in pairs if t in names and s in names]
+
+
+def tied_groups(model: nn.Module) -> list[frozenset[str]]:
+    """The parameter names that must stay in one unit: each parameter held under several names
+    (identity), joined with the pairs the model declares tied."""
+    by_id: dict[int, set[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        by_id.setdefault(id(param), set()).add(name)
+    groups = [names for names in by_id.values()]
+    for target, source in _declared_ties(model, set().union(*groups) if groups else set()):
+        joined = {target, source}
+        for group in [g for g in groups if g & joined]:
+            joined |= group
+            groups.remove(group)
+        groups.append(joined)
+    return [frozenset(g) for g in groups if len(g) > 1]
+
+
 def modules_to_wrap(model: nn.Module, rule: WrapRule) -> list[nn.Module]:
     """The submodules (not the root) to shard on their own, children before parents.
 
     By size this follows torch's ``size_based_auto_wrap_policy``: a module is wrapped when
     the parameters not already inside a wrapped descendant reach ``min_num_params``;
     attention modules are never split nor wrapped alone (their parameters count into the
-    parent), containers without a forward are never wrapped.
+    parent), containers without a forward are never wrapped, and a module that holds part of
+    a :func:`tied_groups` group but not all of it is never wrapped.
     """
     chosen: list[nn.Module] = []
+    groups = tied_groups(model)
 
-    def visit(module: nn.Module, is_root: bool) -> int:
+    def splits_a_group(prefix: str) -> bool:
+        inside = prefix + "."
+        return any(0 < sum(n.startswith(inside) for n in g) < len(g) for g in groups)
+
+    def visit(module: nn.Module, prefix: str, is_root: bool) -> int:
         """Post-order walk; returns the parameter count left unwrapped under ``module``."""
         if isinstance(module, _LEAF_MODULES) and rule.min_num_params is not None and not is_root:
             return sum(p.numel() for p in module.parameters())  # counted into its parent
         own = sum(p.numel() for p in module.parameters(recurse=False))
-        unwrapped = own + sum(visit(child, False) for child in module.children())
-        if is_root or isinstance(module, _CONTAINERS):
+        unwrapped = own + sum(visit(child, f"{prefix}.{name}" if prefix else name, False)
+                              for name, child in module.named_children())
+        if is_root or isinstance(module, _CONTAINERS) or splits_a_group(prefix):
             return unwrapped
         if rule.min_num_params is None:
             wrap = type(module) in rule.classes
@@ -130,5 +185,5 @@ def modules_to_wrap(model: nn.Module, rule: WrapRule) -> list[nn.Module]:
             return 0
         return unwrapped
 
-    visit(model, True)
+    visit(model, "", True)
     return chosen

@@ -89,13 +89,15 @@ def _state_dict_keeps_params() -> bool:
     fairscale 0.3.0's ``FlattenParamsWrapper.state_dict`` re-registers a new, unsharded
     ``flat_param``, so the optimizer is left holding a parameter the model no longer uses
     (seen: 2e-2 off the uninterrupted run two steps after one ``state_dict()``).  Probed on a
-    tiny wrapper (no process group needed).
+    tiny wrapper (no process group needed), built with ``skip_init``: a default-initialised layer
+    would draw from the global RNG, so the first probe in a process (``shardcompat run``'s
+    sharding block, ``backend=auto``) would shift every dropout mask after it.
     """
     try:
         from fairscale.nn.misc import FlattenParamsWrapper
     except ImportError:
         return False
-    wrapper = FlattenParamsWrapper(torch.nn.Linear(2, 2))
+    wrapper = FlattenParamsWrapper(torch.nn.utils.skip_init(torch.nn.Linear, 2, 2))  # type: ignore[no-untyped-call]
     before = list(wrapper.parameters())  # the objects, not their ids: a freed id is reused
     wrapper.state_dict()
     after = list(wrapper.parameters())

@@ -31,6 +31,7 @@ from ._fairscale_common import (
     probe_fairscale,
 )
 from ._optim import GROUPS_TEXT, optimizer_groups
+from ._unused import SETTING, find_unused
 
 __all__ = ["BACKEND", "FairscaleSdp", "FairscaleSdpPrepared"]
 
@@ -108,7 +109,10 @@ class FairscaleSdp:
         buckets = bool(plan.settings.get("reduce_buffer_size"))
         wrapped: torch.nn.Module
         if plan.settings.get("ddp"):
-            ddp_kwargs: dict[str, Any] = {"process_group": placement.process_group}
+            ddp_kwargs: dict[str, Any] = {
+                "process_group": placement.process_group,
+                "find_unused_parameters": find_unused(model, plan.settings.get(SETTING)),
+            }
             if plan.options.bucket_cap_mb is not None:
                 ddp_kwargs["bucket_cap_mb"] = plan.options.bucket_cap_mb
             if placement.cuda:

@@ -38,6 +38,7 @@ from ._torch_common import (
     sharded_grad_scaler,
     torch_probe,
 )
+from ._unused import SETTING, find_unused
 from ._zero_hook import Owners, clip_sharded_grad_norm_, hook_unavailable, reduce_scatter_to_owners
 
 __all__ = ["BACKEND", "TorchZeroBackend", "ZeroPrepared"]
@@ -155,6 +156,7 @@ class TorchZeroBackend:
             kwargs["device_ids"] = [torch.device(placement.device).index or 0]
         if settings["bucket_cap_mb"] is not None:
             kwargs["bucket_cap_mb"] = settings["bucket_cap_mb"]
+        kwargs["find_unused_parameters"] = find_unused(model, settings.get(SETTING))
         ddp = DistributedDataParallel(move_to_device(model, placement), **kwargs)
         if settings["autocast"] is not None:
             autocast_forward(ddp, placement, settings["autocast"])

@@ -31,7 +31,7 @@ from ._torch_common import (
     sharded_grad_scaler,
     torch_probe,
 )
-from ._wrap_policy import DEFAULT_MIN_NUM_PARAMS, describe_rule, wrap_rule
+from ._wrap_policy import DEFAULT_MIN_NUM_PARAMS, describe_rule, modules_to_wrap, wrap_rule
 
 __all__ = ["BACKEND", "FSDP1Prepared", "TorchFSDP1Backend"]
 
@@ -223,12 +223,12 @@ def _policy_text(options: ShardingOptions) -> str:
 
 
 def _policy(model: nn.Module, options: ShardingOptions) -> Any:
-    from torch.distributed.fsdp.wrap import ModuleWrapPolicy, size_based_auto_wrap_policy
+    """The units :func:`modules_to_wrap` chooses (the size rule follows torch's own
+    ``size_based_auto_wrap_policy``), so tied parameters stay in one unit as on every backend."""
+    from torch.distributed.fsdp.wrap import lambda_auto_wrap_policy
 
-    rule = wrap_rule(model, options)
-    if rule.min_num_params is not None:
-        return functools.partial(size_based_auto_wrap_policy, min_num_params=rule.min_num_params)
-    return ModuleWrapPolicy(rule.classes)
+    chosen = {id(m) for m in modules_to_wrap(model, wrap_rule(model, options))}
+    return functools.partial(lambda_auto_wrap_policy, lambda_fn=lambda module: id(module) in chosen)
 
 
 BACKEND = TorchFSDP1Backend()

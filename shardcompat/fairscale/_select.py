@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 from dataclasses import dataclass
 
 import torch
 
 from ..backends import get as get_backend
 from ._arguments import FAIRSCALE, NATIVE
+from ._setting import ENV, setting
+from ._version import MIRRORED_RELEASE, fairscale_api_version
 
 __all__ = ["ENV", "FAMILIES", "Choice", "announce", "choose", "describe", "setting"]
 
-ENV = "SHARDCOMPAT_FAIRSCALE"
 log = logging.getLogger("shardcompat.fairscale")
 
 # OSS and ShardedDataParallel must come from the same library: ShardedDDP drives OSS's internals;
@@ -44,14 +44,6 @@ class Choice:
     family: str
     impl: str  # FAIRSCALE or NATIVE
     reason: str
-
-
-def setting() -> str:
-    """``SHARDCOMPAT_FAIRSCALE`` as one of auto, fairscale, native."""
-    value = os.environ.get(ENV, "auto").strip().lower() or "auto"
-    if value not in ("auto", FAIRSCALE, NATIVE):
-        raise ValueError(f"{ENV}={value!r}: choose auto, fairscale or native")
-    return value
 
 
 def _fairscale_unusable(family: str) -> str:
@@ -105,8 +97,6 @@ def describe() -> list[str]:
     lines.append("auto_wrap, enable_wrap, wrap, default_auto_wrap_policy, config_auto_wrap_policy, auto_wrap_bn, "
                  "get_fsdp_instances, ConfigAutoWrap: shardcompat (with the FullyShardedDataParallel above)")
     lines.append("torch_version: shardcompat")
-    from ._version import MIRRORED_RELEASE, fairscale_api_version
-
     lines.append(f"__version__: {fairscale_api_version()} (what version gates read: the installed fairscale's own, "
                  f"else {MIRRORED_RELEASE}, the release the native classes mirror)")
     return lines

@@ -14,6 +14,9 @@ from typing import Any
 
 import torch
 
+from ._arguments import NATIVE
+from ._setting import setting
+
 __all__ = ["MIRRORED_RELEASE", "fairscale_api_version", "torch_version"]
 
 MIRRORED_RELEASE = "0.4.13"  # the newest fairscale, whose API the native classes mirror
@@ -39,8 +42,6 @@ def fairscale_api_version() -> str:
     so the answer is cheap; decided once per process, as the classes' backing is.
     """
     from ..backends._fairscale_common import fairscale_version
-    from ._arguments import NATIVE
-    from ._select import setting
 
     installed = fairscale_version()
     return installed if installed is not None and setting() != NATIVE else MIRRORED_RELEASE

@@ -23,6 +23,9 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from ._classes import implementation
+from ._select import announce
+
 __all__ = [
     "ConfigAutoWrap",
     "auto_wrap",
@@ -89,7 +92,7 @@ class ConfigAutoWrap:
         if kwargs.pop("move_module_cuda_half", False):
             raise NotImplementedError("enable_wrap(move_module_cuda_half=True): call module.cuda().half() yourself")
         if wrapper_cls is None:
-            from . import FullyShardedDataParallel as wrapper_cls
+            wrapper_cls = implementation("FullyShardedDataParallel")
         ConfigAutoWrap.in_autowrap_context = True
         ConfigAutoWrap.wrapper_cls = wrapper_cls
         ConfigAutoWrap.auto_wrap_policy = auto_wrap_policy or default_auto_wrap_policy
@@ -156,8 +159,7 @@ def auto_wrap(module: nn.Module, auto_wrap_policy: Policy | None = None, **kwarg
 def get_fsdp_instances(mod: nn.Module, skip_empty: bool = False) -> list[Any]:
     """Every facade ``FullyShardedDataParallel`` in ``mod`` (itself included), outermost first;
     ``skip_empty`` leaves out units that shard no parameter of their own."""
-    from . import FullyShardedDataParallel
-
+    FullyShardedDataParallel = implementation("FullyShardedDataParallel")
     found = [m for m in mod.modules() if isinstance(m, FullyShardedDataParallel)]
     return [m for m in found if m.non_shared_params()] if skip_empty else found
 
@@ -185,8 +187,6 @@ def auto_wrap_bn(
     group) and, with ``wrap_it``, wrapped by :func:`auto_wrap` under :func:`config_auto_wrap_policy`.
     """
     if fsdp_config is None:
-        from ._select import announce
-
         group = _own_rank_group() if single_rank_pg else process_group
         fsdp_config = {"process_group": group, "mixed_precision": False, "reshard_after_forward": False}
         if announce("FullyShardedDataParallel").impl == "fairscale":
@@ -199,7 +199,6 @@ def auto_wrap_bn(
             child.wrapper_config = fsdp_config  # type: ignore[assignment]
     if not wrap_it:
         return module
-    from . import FullyShardedDataParallel
-
+    FullyShardedDataParallel = implementation("FullyShardedDataParallel")
     with enable_wrap(config_auto_wrap_policy, wrapper_cls=FullyShardedDataParallel):
         return auto_wrap(module)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import statistics
 import sys
@@ -88,9 +89,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compare-ddp", action="store_true",
                         help="also train plain DDP and report the largest loss difference")
     parser.add_argument("--json", action="store_true", help="print the report as JSON (nothing else on stdout)")
-    parser.add_argument("--timeout", type=float, default=600.0, help="limit for the whole job, seconds")
-    parser.add_argument("--collective-timeout", type=float, default=120.0,
-                        help="limit for any one collective, seconds (a lost rank cannot hang the job)")
+    parser.add_argument("--timeout", type=float, default=None,
+                        help="limit for the whole job, seconds (default: none)")
+    parser.add_argument("--collective-timeout", type=float, default=None,
+                        help="limit for any one collective, seconds, so a lost rank cannot hang the job "
+                             "(default: torch's for the backend, 30 min for gloo)")
     parser.add_argument("--checkpoint-dir", default=None, metavar="DIR",
                         help="save step-N checkpoints here (a shared folder when several nodes train)")
     parser.add_argument("--save-every", type=int, default=None, metavar="N",
@@ -104,10 +107,12 @@ def run(args: argparse.Namespace) -> int:
     """Train as ``args`` say and print the report; the exit code (non-zero if a rank failed).
 
     Everything that can be checked before a rank starts is: a bad size, device or option
-    fails here in a second with exit 2 and no traceback; tracebacks are for crashes inside
-    training.
+    fails here in a second with exit 2 and no traceback; so does a refusal a rank raises
+    (:mod:`shardcompat._refusal`: a checkpoint that does not fit, a backend's), printed once;
+    tracebacks are for crashes inside training.
     """
-    from ..launch import WorkerFailed, WorkerTimeout, launched
+    from .._refusal import EXIT_CODE, is_refusal
+    from ..launch import WorkerFailed, WorkerTimeout, deferred_ctrl_c, launched
 
     try:
         configs = _configs(args)
@@ -117,11 +122,22 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(f"shardcompat train: error: {error}", file=sys.stderr)
         return 2
+    # After the checks, which answer from package metadata without torch (seconds on a small machine).
+    with deferred_ctrl_c():  # a Ctrl-C inside torch's import would abort it: it is raised after
+        import torch  # noqa: F401
     try:
         runs = _launch(configs, nproc, args.timeout, args.collective_timeout)
     except (WorkerFailed, WorkerTimeout) as error:
+        refused = getattr(error, "error", None)
+        if refused is not None and is_refusal(refused):  # e.g. a checkpoint of another model: one line
+            if int(os.environ.get("RANK", "0")) == 0:  # once per job, from global rank 0
+                print(f"shardcompat train: error: {refused}", file=sys.stderr)
+            return EXIT_CODE
         print(f"shardcompat train: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: the ranks are stopped by spawn; no traceback
+        print("shardcompat train: interrupted", file=sys.stderr)
+        return 130
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, global rank 0 reports
         reference = runs[1] if len(runs) > 1 else None
         report = build_report(_setup(configs, nproc), runs[:1], reference)
@@ -137,6 +153,7 @@ def run(args: argparse.Namespace) -> int:
 def _configs(args: argparse.Namespace) -> list[RunConfig]:
     """The requested run, and plain DDP after it with ``--compare-ddp``."""
     options: ShardingOptions = args.sharded_ddp
+    _check_numbers(args)
     for flag in ("steps", "batch_size", "layers", "dim", "heads", "vocab", "seq_len"):
         if getattr(args, flag) < 1:
             raise ValueError(f"--{flag.replace('_', '-')} must be at least 1, got {getattr(args, flag)}")
@@ -159,6 +176,17 @@ def _configs(args: argparse.Namespace) -> list[RunConfig]:
     plain = replace(main, label="ddp", options="", backend="auto", checkpoint_dir=None, save_every=0,
                     resume=None)  # the reference run is never saved or resumed
     return [main, plain] if args.compare_ddp else [main]
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    """``--lr`` and the limits: argparse's float() also takes nan, inf and negatives."""
+    if not (math.isfinite(args.lr) and args.lr >= 0):
+        raise ValueError(f"--lr must be a finite number >= 0, got {args.lr}")
+    for flag in ("timeout", "collective_timeout"):
+        value = getattr(args, flag)
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise ValueError(f"--{flag.replace('_', '-')} must be a positive number of seconds, got {value}; "
+                             "leave it out for the default")
 
 
 def _checkpointing(args: argparse.Namespace) -> tuple[str | None, int, str | None]:
@@ -199,14 +227,17 @@ def _nproc(args: argparse.Namespace, device: str) -> int:
 
 
 def _plan(configs: list[RunConfig], world_size: int) -> None:
-    """Resolve every run's options against the probed backends, as each rank will."""
+    """Resolve every run's options against the probed backends, as each rank will (read-only:
+    the random streams stay where they were)."""
+    from .. import _rng
     from ..backends import Placement, resolve
     from ..options import parse_options
 
     local = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
     placement = Placement(world_size=world_size, local_world_size=local, device=configs[0].device)
-    for config in configs:
-        resolve(parse_options(config.options), config.backend, placement)
+    with _rng.unchanged():
+        for config in configs:
+            resolve(parse_options(config.options), config.backend, placement)
 
 
 def _setup(configs: list[RunConfig], world_size: int) -> dict[str, Any]:
@@ -248,7 +279,9 @@ def placement(options: str, world_size: int) -> dict[str, Any]:
 # --------------------------------------------------------------------------- launchers
 
 
-def _launch(configs: list[RunConfig], nproc: int, timeout: float, collective_timeout: float) -> list[RunResult]:
+def _launch(
+    configs: list[RunConfig], nproc: int, timeout: float | None, collective_timeout: float | None
+) -> list[RunResult]:
     """Every run, merged across ranks.
 
     Each run gets processes of its own, so each rank's peak RSS is that run's alone:
@@ -403,12 +436,14 @@ def _maybe_save(prepared: Any, config: RunConfig, done: int, losses: list[float]
 def _step(prepared: Any, config: RunConfig, rank: int, step: int, device: Any,
           snapshots: dict[str, Any] | None) -> Any:
     """One optimizer step; with ``snapshots``, the state held after each phase of it."""
+    from .. import _rng
     from ..memory import count_state
     from . import data
 
     def snapshot(phase: str) -> None:
         if snapshots is not None:
-            snapshots[phase] = count_state(prepared.local_tensors())
+            with _rng.unchanged():  # measuring is read-only
+                snapshots[phase] = count_state(prepared.local_tensors())
 
     inputs, targets = data.batch(config.model, config.batch_size, config.seed, rank, step)
     loss = data.loss(config.model, prepared(inputs.to(device)), targets.to(device))
@@ -423,7 +458,8 @@ def _step(prepared: Any, config: RunConfig, rank: int, step: int, device: Any,
 
 @contextlib.contextmanager
 def _progress(config: RunConfig, rank: int) -> Iterator[Any]:
-    """A callback ``(step, loss)``: a tqdm bar on a TTY, a line every tenth of the run otherwise."""
+    """A callback ``(step, loss)``: a tqdm bar on a TTY; otherwise a line after the first step
+    trained (so a log shows that training has begun) and every tenth of the run."""
     if rank != 0 or config.progress == "off":
         yield lambda step, loss: None
         return
@@ -438,9 +474,11 @@ def _progress(config: RunConfig, rank: int) -> Iterator[Any]:
             yield advance
         return
     every = max(1, config.steps // 10)
+    started = [False]  # the first step this run trains gets a line: training has begun
 
     def line(step: int, loss: float) -> None:
-        if (step + 1) % every == 0 or step == config.steps - 1:
+        first, started[0] = not started[0], True
+        if first or (step + 1) % every == 0 or step == config.steps - 1:
             print(f"[{config.label}] step {step + 1}/{config.steps} loss {loss:.4f}", file=sys.stderr, flush=True)
 
     yield line

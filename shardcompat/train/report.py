@@ -9,7 +9,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..memory import StateBytes, off_model_reason, plan_stage, zero_model_volume
+from ..memory import (
+    StateBytes,
+    held_whole_from_forward,
+    off_model_reason,
+    plan_stage,
+    zero_model_volume,
+)
 
 __all__ = ["RankResult", "RunResult", "align_columns", "build_report", "format_bytes", "render_table"]
 
@@ -150,11 +156,12 @@ def render_table(report: dict[str, Any]) -> str:
     if "peak_rss_measured" in report:
         legend += f"; peak RSS = {report['peak_rss_measured']}"
     lines.append(f"({legend})")
-    if any(r["state_phase"] == "after forward" for run in runs for r in run["ranks"]):
-        lines.append(
-            "(counted after forward: no gradients exist yet, and zero_dp_2 holds the parameters gathered "
-            "whole for backward: hence grads 0 B next to full params)"
-        )
+    for run in runs:  # why a rank's state peaked before any gradient existed
+        if any(r["state_phase"] == "after forward" for r in run["ranks"]):
+            why = held_whole_from_forward(run["options"], _served_by(run), report["world_size"],
+                                          device=report["device"])
+            whole = f", and {why}: hence grads 0 B next to whole params" if why else ": hence grads 0 B"
+            lines.append(f"({run['label']} on {_served_by(run)} counted after forward: no gradients exist yet{whole})")
     return "\n".join(lines)
 
 

@@ -1,0 +1,54 @@
+"""Observing is read-only: :func:`unchanged` puts every random stream back as it found it.
+
+Planning, probing, explaining, measuring and reporting run inside it (``prepare()``, the
+sharding block of ``shardcompat run``, ``shardcompat train``'s planning and snapshots), so a
+probe that builds a layer, a library that seeds itself on import or a collective that draws
+cannot shift the dropout masks of the run it watches.  What it keeps: torch's CPU generator,
+every CUDA device's generator once CUDA is initialised (it never initialises CUDA itself),
+Python's ``random`` and NumPy's global ``RandomState`` once NumPy is imported (it never imports
+NumPy).  In-memory only; checkpoints keep their own serialisable form (``checkpoint``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+__all__ = ["State", "capture", "restore", "unchanged"]
+
+State = dict[str, Any]
+
+
+def capture() -> State:
+    """This process's random states, as :func:`restore` takes them."""
+    state: State = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        state["numpy"] = numpy.random.get_state()
+    return state
+
+
+def restore(state: State) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if "cuda" in state:
+        torch.cuda.set_rng_state_all(state["cuda"])
+    if "numpy" in state:
+        sys.modules["numpy"].random.set_state(state["numpy"])
+
+
+@contextlib.contextmanager
+def unchanged() -> Iterator[None]:
+    """Run the body, then restore the random states it found (also when it raises)."""
+    state = capture()
+    try:
+        yield
+    finally:
+        restore(state)
