@@ -8,16 +8,25 @@ inherits both.  Transformers' internals keep the classes they were built with.
 
 The same step adds the 4.x names the installed release removed (``is_torch_tpu_available``,
 ``send_example_telemetry``, ``from_pretrained(use_auth_token=)``...; see :mod:`._legacy`), so
-a script of that era imports and runs; :func:`dropins` takes all of it away again.
+a script of that era imports and runs; a ``Trainer`` subclass of that era has its overrides
+called in the form it declares (:mod:`._overrides`); and, where fairscale is not installed,
+``import fairscale...`` (``from fairscale.optim import OSS`` in a 4.30 ``create_optimizer``)
+gives ``shardcompat.fairscale``'s module of the same path.  :func:`dropins` takes all of it
+away again.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
 import os
 import runpy
 import sys
 from collections.abc import Iterator, Sequence
+from types import ModuleType
 from typing import Any
 
 from ._api import load, packages
@@ -50,7 +59,43 @@ def install() -> list[tuple[Any, str, Any]]:
             if module is not None and getattr(module, name, None) is original:
                 replaced.append((module, name, original))
                 setattr(module, name, ours)
+    if _fairscale_missing():
+        sys.meta_path.append(_FAIRSCALE)
+        replaced.append((sys, "meta_path", _FAIRSCALE))
     return replaced
+
+
+class _FairscaleAlias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """``fairscale`` and ``fairscale.*`` as the facade's modules (only while installed)."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname != "fairscale" and not fullname.startswith("fairscale."):
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        module: ModuleType = importlib.import_module("shardcompat." + spec.name)
+        return module
+
+    def exec_module(self, module: ModuleType) -> None:
+        pass  # the facade's module, already executed
+
+    def forget(self) -> None:
+        for name in [n for n in sys.modules if n == "fairscale" or n.startswith("fairscale.")]:
+            if getattr(sys.modules[name], "__name__", "").startswith("shardcompat."):
+                del sys.modules[name]
+
+
+_FAIRSCALE = _FairscaleAlias()
+
+
+def _fairscale_missing() -> bool:
+    if _FAIRSCALE in sys.meta_path:
+        return False
+    try:
+        return importlib.util.find_spec("fairscale") is None
+    except (ImportError, ValueError):
+        return False
 
 
 @contextlib.contextmanager
@@ -67,6 +112,11 @@ def uninstall(replaced: list[tuple[Any, str, Any]]) -> None:
     """Undo :func:`install`: every name back as it was, the added ones gone."""
     from . import _legacy
 
+    if (sys, "meta_path", _FAIRSCALE) in replaced:
+        replaced = [r for r in replaced if r != (sys, "meta_path", _FAIRSCALE)]
+        if _FAIRSCALE in sys.meta_path:
+            sys.meta_path.remove(_FAIRSCALE)
+        _FAIRSCALE.forget()
     _legacy.uninstall(replaced)
 
 

@@ -10,7 +10,9 @@ Three places, each scoped to what the process asked for:
   ``trainer.tokenizer`` as before (:func:`add_trainer_attributes`);
 - :func:`install` (what ``shardcompat run`` and :func:`shardcompat.transformers.install` do) adds
   the removed top-level and ``transformers.utils`` functions and the ``use_auth_token`` keyword of
-  ``from_pretrained``; :func:`uninstall` takes them away again.
+  ``from_pretrained``, and (:mod:`._legacy_imports`) the rest of the 4.30 surface the table
+  serves: module names at their 4.x import paths, ``transformers.deepspeed``, class members;
+  :func:`uninstall` takes them away again.
 
 Every name is probed on the installed release: what it still has is left alone, so on 4.3x
 nothing here does anything.  Each name warns once per process with a ``FutureWarning`` naming
@@ -28,6 +30,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from . import _legacy_imports
 from ._api import has_field, load, packages
 from .legacy_table import FIELDS, NOT_GIVEN, Kind, LegacyName, Served, by_kind
 
@@ -304,6 +307,8 @@ def install() -> list[tuple[Any, str, Any]]:
         if missing:
             owner.from_pretrained = _serve_keywords(missing, method)
             done.append((owner, "from_pretrained", method))
+    # The rest of the 4.30 surface: module names, gone modules, class members (legacy_table.SURFACE).
+    done.append((_legacy_imports.install(packages(earlier)), "state", _ABSENT))
     return done
 
 

@@ -25,12 +25,14 @@ from torch import nn
 
 from ..memory import count_state
 from ..options import Precision, ShardingOptions
-from . import _sharding_report
+from . import _overrides, _sharding_report
 from ._api import accepts, load
 from ._arguments import sharding_options
 from ._group import check_one_group, ensure_group
 from ._legacy import add_trainer_attributes, trainer_keywords
 from ._model import CHECKPOINT_DIR, ShardedModule, TrainerOptimizer
+from ._sharded_ddp_option import trainer_value
+from ._staged_save import save_staged
 
 if TYPE_CHECKING:
     from ..prepared import Prepared
@@ -38,6 +40,8 @@ if TYPE_CHECKING:
 __all__ = ["Seq2SeqTrainer", "ShardedTrainerError", "Trainer"]
 
 _hf = load()
+# The installed release's own classes (under `shardcompat run` the module's names are the drop-ins).
+_RELEASE = {"Trainer": _hf.Trainer, "Seq2SeqTrainer": _hf.Seq2SeqTrainer}
 # Under the Trainer's own logger, so the plan shows where its "***** Running training *****"
 # does: at --log_level info on the main process.
 logger = logging.getLogger("transformers.shardcompat")
@@ -70,7 +74,13 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
 
     model: Any  # the installed release's attributes this class reads and sets
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass's overrides in the Transformers 4.x form are called in that form (see :mod:`._overrides`)."""
+        super().__init_subclass__(**kwargs)
+        _overrides.adapt_class(cls, _release_class(cls))
+
     def __init__(self, *args: Any, backend: str = "auto", **kwargs: Any) -> None:
+        args, kwargs = _legacy_positional(type(self), args, kwargs)  # Trainer(...) in 4.x's order
         kwargs = trainer_keywords(kwargs)  # 4.x keywords this release renamed (tokenizer=)
         given = inspect.signature(super().__init__).bind(*args, **kwargs).arguments
         training_args = given.get("args")
@@ -94,6 +104,8 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
             if hide is not None:
                 hide.sharded_ddp = field
         check_one_group(self.args)
+        if self._sharding or _LEGACY_ATTRIBUTES["sharded_ddp"]:
+            self.sharded_ddp = trainer_value(self._sharding) if self._sharding else None  # as 4.30 set it
         if self._sharding:
             self._sharding = self._with_precision(self._sharding)
             self._refuse_arguments()
@@ -171,18 +183,19 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
         ensure_group(device)
         module: nn.Module = self.model
         model_bytes = count_state(("param", p) for p in module.parameters()).params  # before it is sharded
-        # Wrapping must not move the random stream (dropout) the run sees: fairscale FSDP draws from it.
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            try:
-                prepared = prepare(module, self._optimizer_factory(module), self._sharding,
-                                   backend=self._sharding_backend,
-                                   device=device if device.type == "cuda" else "cpu")  # Accelerate says cpu:0
-            except UnsupportedOptimizer as error:
-                raise _refuse(
-                    str(error).rstrip("."),
-                    f"With the Trainer: --optim chooses another optimizer; --weight_decay 0 makes the "
-                    f"Trainer's two groups one (weight_decay={self.args.weight_decay} now)",
-                ) from error
+        # prepare() leaves every random stream as it found it (shardcompat._rng), so the dropout
+        # masks of the run are those of the stock Trainer.
+        try:
+            prepared = prepare(module, self._optimizer_factory(module), self._sharding,
+                               backend=self._sharding_backend,
+                               device=device if device.type == "cuda" else "cpu",  # Accelerate says cpu:0
+                               find_unused_parameters=getattr(self.args, "ddp_find_unused_parameters", None))
+        except UnsupportedOptimizer as error:
+            raise _refuse(
+                str(error).rstrip("."),
+                f"With the Trainer: --optim chooses another optimizer; --weight_decay 0 makes the "
+                f"Trainer's two groups one (weight_decay={self.args.weight_decay} now)",
+            ) from error
         if hasattr(module, "generate"):
             _generate_on_shards(prepared)
         self.prepared = prepared
@@ -219,7 +232,7 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
                     optimizer: torch.optim.Optimizer = self.create_optimizer()
                 finally:
                     self.optimizer, self._building_optimizer = saved, False
-                return optimizer
+                return _unshard_oss(optimizer)
             # Flat parameters (fairscale FSDP), each holding weights, biases and norms alike:
             # one group, which is the Trainer's two because the backend found their decay the same.
             cls, kwargs = self._optimizer_class_and_kwargs(module)
@@ -242,6 +255,7 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
 
     def create_optimizer(self, *args: Any, **kwargs: Any) -> torch.optim.Optimizer:
         """With sharding: wrap the model first; the optimizer is built on its shards."""
+        args, kwargs = _overrides.base_call(self, "create_optimizer", args, kwargs)
         if not self._sharding or self._building_optimizer:
             optimizer: torch.optim.Optimizer = super().create_optimizer(*args, **kwargs)
             return optimizer
@@ -262,8 +276,48 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
                 "shardcompat prepared (it wrapped the model again after Trainer._wrap_model); "
                 "sharded_ddp cannot work with it: please report the Transformers version"
             )
-        loss: torch.Tensor = super().training_step(model, *args, **kwargs)
+        args, kwargs = _overrides.base_call(self, "training_step", (model, *args), kwargs)
+        if getattr(type(self).compute_loss, "__shardcompat_legacy__", None) is not None:
+            # A 4.x compute_loss returns a per-batch mean: the release divides it by the
+            # accumulation steps only when it was given no num_items_in_batch.
+            args, kwargs = _without(args, kwargs, 2, "num_items_in_batch")
+        outer = self.__dict__.get("_shardcompat_in_base_step", False)
+        self._shardcompat_in_base_step = True
+        try:
+            loss: torch.Tensor = super().training_step(*args, **kwargs)
+        finally:
+            self._shardcompat_in_base_step = outer
         return loss
+
+    # ------------------------------------------------------------------ 4.x super() call forms
+    def _save_checkpoint(self, *args: Any, **kwargs: Any) -> None:
+        """The release's checkpoint (4.x call forms accepted), written beside and renamed into
+        place once every rank is done."""
+        args, kwargs = _overrides.base_call(self, "_save_checkpoint", args, kwargs)
+        trial = args[1] if len(args) > 1 else kwargs.get("trial")
+        save_staged(self, lambda: super(Trainer, self)._save_checkpoint(*args, **kwargs), trial)
+
+    def _maybe_log_save_evaluate(self, *args: Any, **kwargs: Any) -> None:
+        args, kwargs = _overrides.base_call(self, "_maybe_log_save_evaluate", args, kwargs)
+        self._shardcompat_metrics = None  # what _save_checkpoint(metrics=) gets, as in 4.x
+        super()._maybe_log_save_evaluate(*args, **kwargs)
+
+    def _evaluate(self, *args: Any, **kwargs: Any) -> Any:
+        metrics = super()._evaluate(*args, **kwargs)
+        self._shardcompat_metrics = metrics
+        return metrics
+
+    def log(self, *args: Any, **kwargs: Any) -> None:
+        args, kwargs = _overrides.base_call(self, "log", args, kwargs)
+        super().log(*args, **kwargs)
+
+    def _get_train_sampler(self, *args: Any, **kwargs: Any) -> Any:
+        args, kwargs = _overrides.base_call(self, "_get_train_sampler", args, kwargs)
+        return super()._get_train_sampler(*args, **kwargs)
+
+    def _tune_save_checkpoint(self, *args: Any, **kwargs: Any) -> None:
+        args, kwargs = _overrides.base_call(self, "_tune_save_checkpoint", args, kwargs)
+        super()._tune_save_checkpoint(*args, **kwargs)
 
     # ------------------------------------------------------------------ clipping (5.x loop)
     def _clip_grad_norm(self, model: nn.Module) -> Any:
@@ -336,6 +390,97 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
 add_trainer_attributes(Trainer)  # trainer.tokenizer where this release dropped it
 
 
+# ---------------------------------------------------------------------- 4.x internals
+def _amp(self: Any) -> tuple[str, Any]:
+    """4.30's mixed-precision setup: set only for a sharded run (else Accelerate's, and all False)."""
+    options = getattr(self, "_sharding", None)
+    wanted = options.mixed_precision if options else None
+    if wanted is None:
+        return "", None
+    dtype = torch.float16 if wanted is Precision.FP16 else torch.bfloat16
+    if self.args.device.type == "cuda":
+        return "cuda", dtype
+    return ("cpu", dtype) if dtype is torch.bfloat16 else ("", None)
+
+
+def _legacy_attribute(name: str, get: Any, doc: str) -> property:
+    key = f"_shardcompat_set_{name}"
+
+    def getter(self: Any) -> Any:
+        return self.__dict__[key] if key in self.__dict__ else get(self)
+
+    def setter(self: Any, value: Any) -> None:
+        self.__dict__[key] = value
+
+    return property(getter, setter, doc=doc)
+
+
+def _scaler(self: Any) -> Any:
+    prepared = getattr(self, "prepared", None)
+    if prepared is not None and prepared.scaler is not None:
+        return prepared.scaler
+    return getattr(getattr(self, "accelerator", None), "scaler", None)
+
+
+# What 4.30's Trainer.__init__ set and code of its era reads, where this release lacks it.
+_ATTRIBUTES: dict[str, tuple[Any, str]] = {
+    "sharded_ddp": (lambda self: None, "4.30's ShardedDDPOption member for the stage, or None"),
+    "use_apex": (lambda self: False, "4.30: --half_precision_backend apex; never, apex is gone"),
+    "use_cuda_amp": (lambda self: _amp(self)[0] == "cuda", "4.30: autocast on CUDA in a sharded run"),
+    "use_cpu_amp": (lambda self: _amp(self)[0] == "cpu", "4.30: bf16 autocast on CPU in a sharded run"),
+    "amp_dtype": (lambda self: _amp(self)[1], "4.30: the autocast dtype of a sharded run (None without)"),
+    "do_grad_scaling": (lambda self: _amp(self) == ("cuda", torch.float16),
+                        "4.30: fp16 on CUDA in a sharded run, whose scaler is self.scaler"),
+    "scaler": (_scaler, "the grad scaler the loss is scaled with (the backend's in a sharded run)"),
+}
+
+
+def _release_sets(name: str) -> bool:
+    try:
+        source = inspect.getsource(_RELEASE["Trainer"].__init__)
+    except (OSError, TypeError):
+        return True
+    return f"self.{name} =" in source or hasattr(_RELEASE["Trainer"], name)
+
+
+_LEGACY_ATTRIBUTES = {name: not _release_sets(name) for name in _ATTRIBUTES}
+for _name, (_get, _doc) in _ATTRIBUTES.items():
+    if _LEGACY_ATTRIBUTES[_name] and _name != "sharded_ddp":
+        setattr(Trainer, _name, _legacy_attribute(_name, _get, _doc))
+
+
+def _without(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The call with argument ``name`` (at position ``index``) set to None."""
+    if len(args) > index:
+        return (*args[:index], None, *args[index + 1:]), kwargs
+    return args, {**kwargs, name: None}
+
+
+def _legacy_positional(cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``Trainer(model, args, ..., compute_metrics)`` by position in 4.x's order, where it differs from today's."""
+    owner = "Seq2SeqTrainer" if issubclass(cls, _RELEASE["Seq2SeqTrainer"]) else "Trainer"
+    row = _overrides.by_method(owner).get("__init__")
+    if row is None or not args:
+        return args, kwargs
+    legacy = [p.name for p in row.parameters("legacy")]
+    today = [n for n in inspect.signature(_release_class(cls).__init__).parameters if n != "self"]
+    shared = next((i for i, (a, b) in enumerate(zip(legacy, today)) if a != b and b != "processing_class"), len(legacy))
+    if len(args) <= shared or today[:len(args)] == legacy[:len(args)]:
+        return args, kwargs
+    _overrides._warn(("super", "__init__"), f"{cls.__name__}(...) got {len(args)} positional arguments: taken in "
+                     f"Transformers 4.x's order ({', '.join(legacy[:len(args)])}), where today's release has "
+                     f"{', '.join(today[:len(args)])}. Pass them by keyword", stacklevel=4)
+    named = dict(zip(legacy, args))  # tokenizer= then goes where the keyword goes (trainer_keywords)
+    clash = sorted(set(named) & set(kwargs))
+    if clash:
+        raise TypeError(f"{cls.__name__}() got multiple values for {', '.join(clash)}")
+    return (), {**named, **kwargs}
+
+
+def _release_class(cls: type) -> Any:
+    return _RELEASE["Seq2SeqTrainer"] if issubclass(cls, _RELEASE["Seq2SeqTrainer"]) else _RELEASE["Trainer"]
+
+
 class Seq2SeqTrainer(Trainer, _hf.Seq2SeqTrainer):  # type: ignore[misc,name-defined]
     """The installed ``transformers.Seq2SeqTrainer`` with ``sharded_ddp``; see :class:`Trainer`."""
 
@@ -350,6 +495,19 @@ class Seq2SeqTrainer(Trainer, _hf.Seq2SeqTrainer):  # type: ignore[misc,name-def
                 gen_kwargs = dict(getattr(self, "_gen_kwargs", None) or {})
             gen_kwargs.setdefault("synced_gpus", True)
         return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys, **gen_kwargs)
+
+
+def _unshard_oss(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """What a 4.30-era ``create_optimizer`` built as ``OSS(groups, optim=cls, **kwargs)`` (its
+    ``self.sharded_ddp == ShardedDDPOption.SIMPLE`` branch), as ``cls(groups, **kwargs)``: the
+    backend shards it, as 4.30's ShardedDDP sharded that OSS."""
+    constructor = getattr(optimizer, "_optim_constructor", None)  # fairscale's OSS and torch's ZeRO
+    if constructor is None or not isinstance(constructor, type) or not issubclass(constructor, torch.optim.Optimizer):
+        return optimizer
+    defaults = dict(getattr(optimizer, "_optim_defaults", {}))
+    groups = [{**g, "params": list(g["params"])} for g in optimizer.param_groups]
+    rebuilt: torch.optim.Optimizer = constructor(groups, **defaults)
+    return rebuilt
 
 
 def _generate_on_shards(prepared: Prepared) -> None:

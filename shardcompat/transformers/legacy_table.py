@@ -212,3 +212,615 @@ def row(name: str, kind: Kind = Kind.FIELD) -> LegacyName:
         if candidate.name == name and candidate.kind is kind:
             return candidate
     raise KeyError(f"{kind}: {name}")
+
+
+# ====================================================================== the rest of the 4.30 surface
+# Every other public name of 4.30.2 that the installed release lacks (found by
+# ``python -m shardcompat.transformers.legacy_survey WHEEL``): module names, top-level names and
+# the public members of the Trainer, TrainingArguments, tokenizer and model base classes.  A row
+# names one spelling (``transformers.trainer.ShardedDDPOption``, ``Trainer.scaler``,
+# ``PreTrainedModel.from_pretrained(from_tf=)``) or, with ``*``, a family of them; the first row
+# that matches a name covers it (:func:`lookup`).  ``removed`` is ``>4.30`` where the release
+# that dropped the name is not pinned (4.30.2 had it, the installed release lacks it).
+
+
+class Home(str, enum.Enum):
+    """Who serves a row (for a refused row: who would have to)."""
+
+    IMPORT = "import path"  # shardcompat puts the name back at its 4.x module, resolving ``target``
+    CLASS = "class member"  # shardcompat adds the member to the installed class (``target``)
+    ARGUMENTS = "TrainingArguments drop-in"  # the legacy fields above; ``sharded_ddp`` itself
+    TRAINER = "Trainer drop-in"  # the Trainer integration (issue 30, section 2)
+    RELEASE = "installed release"  # today's release still answers it another way (``reason`` says how)
+    NONE = "-"  # refused
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclasses.dataclass(frozen=True)
+class Removed:
+    """One removed 4.x name, or (``*`` in ``pattern``) a family of them.
+
+    ``pattern`` is matched against the survey's spelling of the name; ``origin`` and ``backend``
+    (globs) narrow a family to where 4.30 defined the name and the optional dependency it needed;
+    ``gone_model`` to names of a model the installed release no longer has.  ``target`` is what a
+    served row resolves to, ``"module:attribute"`` (``{name}``: the removed name itself).
+    ``alias`` sends the lookup to another module's rows (``transformers.file_utils`` was the 4.x
+    alias of ``transformers.utils``).
+    """
+
+    pattern: str
+    served: Served
+    replacement: str
+    reason: str
+    home: Home = Home.IMPORT
+    target: str | None = None
+    removed: str = ">4.30"
+    deprecated: str | None = None
+    origin: str | None = None
+    backend: str | None = None
+    gone_model: bool = False
+    alias: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.pattern
+
+    @property
+    def family(self) -> bool:
+        return "*" in self.pattern or self.origin is not None or self.backend is not None or self.gone_model
+
+    def target_for(self, spelling: str) -> str | None:
+        if self.target is None:
+            return None
+        return self.target.replace("{name}", spelling.rsplit(".", 1)[-1])
+
+
+_LF = "shardcompat.transformers._legacy_functions"
+_I, _C, _T, _A, _RL, _NO = Home.IMPORT, Home.CLASS, Home.TRAINER, Home.ARGUMENTS, Home.RELEASE, Home.NONE
+
+#: 4.30 re-exported these names from another Transformers module, which still has them: they
+#: are served from there (the value is the module to import from today).
+MOVED: dict[str, str] = {
+    "transformers.data.data_collator.BertTokenizer": "transformers",
+    "transformers.file_utils.is_torch_tpu_available": "transformers.utils",
+    "transformers.modeling_utils.BitsAndBytesConfig": "transformers",
+    "transformers.modeling_utils.Conv1D": "transformers.pytorch_utils",
+    "transformers.modeling_utils.ENV_VARS_TRUE_VALUES": "transformers.utils.import_utils",
+    "transformers.modeling_utils.GenerationMixin": "transformers.generation",
+    "transformers.modeling_utils.ModelOutput": "transformers.utils",
+    "transformers.modeling_utils.PretrainedConfig": "transformers",
+    "transformers.modeling_utils.apply_chunking_to_forward": "transformers.pytorch_utils",
+    "transformers.modeling_utils.convert_file_size_to_int": "transformers.utils.hub",
+    "transformers.modeling_utils.get_activation": "transformers.activations",
+    "transformers.modeling_utils.is_optimum_available": "transformers.utils",
+    "transformers.modeling_utils.is_torch_tpu_available": "transformers.utils",
+    "transformers.modeling_utils.load_sharded_checkpoint": "transformers.trainer_utils",
+    "transformers.modeling_utils.prune_linear_layer": "transformers.pytorch_utils",
+    "transformers.modeling_utils.replace_return_docstrings": "transformers.utils",
+    "transformers.modeling_utils.require_version_core": "transformers.utils.versions",
+    "transformers.modeling_utils.no_init_weights": "transformers.initialization",
+    "transformers.modeling_utils.find_tied_parameters": "accelerate.utils",
+    "transformers.modeling_utils.check_tied_parameters_on_same_device": "accelerate.utils",
+    "transformers.modeling_utils.get_balanced_memory": "accelerate.utils",
+    "transformers.optimization.require_version": "transformers.utils.versions",
+    "transformers.trainer.ALL_LAYERNORM_LAYERS": "transformers.pytorch_utils",
+    "transformers.trainer.Adafactor": "transformers.optimization",
+    "transformers.trainer.ContextManagers": "transformers.utils",
+    "transformers.trainer.DistributedLengthGroupedSampler": "transformers.trainer_pt_utils",
+    "transformers.trainer.DistributedSamplerWithLoop": "transformers.trainer_pt_utils",
+    "transformers.trainer.FSDPOption": "transformers.trainer_utils",
+    "transformers.trainer.IS_SAGEMAKER_MP_POST_1_10": "transformers.modeling_utils",
+    "transformers.trainer.IntervalStrategy": "transformers.trainer_utils",
+    "transformers.trainer.PretrainedConfig": "transformers",
+    "transformers.trainer.ShardSampler": "transformers.trainer_pt_utils",
+    "transformers.trainer.dep_version_check": "transformers.dependency_versions_check",
+    "transformers.trainer.distributed_concat": "transformers.trainer_pt_utils",
+    "transformers.trainer.get_module_class_from_name": "transformers.trainer_pt_utils",
+    "transformers.trainer.hp_params": "transformers.integrations",
+    "transformers.trainer.is_apex_available": "transformers.utils",
+    "transformers.trainer.is_deepspeed_zero3_enabled": "transformers.integrations.deepspeed",
+    "transformers.trainer.is_optuna_available": "transformers.integrations",
+    "transformers.trainer.is_ray_tune_available": "transformers.integrations",
+    "transformers.trainer.is_torch_neuroncore_available": "transformers.utils",
+    "transformers.trainer.is_torch_tpu_available": "transformers.utils",
+    "transformers.trainer.is_wandb_available": "transformers.integrations",
+    "transformers.trainer.nested_concat": "transformers.trainer_pt_utils",
+    "transformers.trainer.nested_numpify": "transformers.trainer_pt_utils",
+    "transformers.trainer.nested_truncate": "transformers.trainer_pt_utils",
+    "transformers.trainer.nested_xla_mesh_reduce": "transformers.trainer_pt_utils",
+    "transformers.trainer.run_hp_search_optuna": "transformers.integrations",
+    "transformers.trainer.run_hp_search_ray": "transformers.integrations",
+    "transformers.trainer.run_hp_search_wandb": "transformers.integrations",
+    "transformers.trainer.strtobool": "transformers.utils",
+    "transformers.trainer_pt_utils.BatchEncoding": "transformers",
+    "transformers.trainer_pt_utils.is_torch_tpu_available": "transformers.utils",
+    "transformers.trainer_utils.is_torch_tpu_available": "transformers.utils",
+    "transformers.trainer_utils.EvaluationStrategy": "transformers.trainer_utils:IntervalStrategy",
+    "transformers.training_args.EvaluationStrategy": "transformers.trainer_utils:IntervalStrategy",
+    "transformers.trainer.default_hp_space": "transformers.trainer_utils:default_hp_space_optuna",
+    "transformers.trainer_utils.default_hp_space": "transformers.trainer_utils:default_hp_space_optuna",
+    "transformers.modeling_utils.Identity": "torch.nn",
+    "transformers.modeling_utils.importlib_metadata": "importlib:metadata",
+    "transformers.LogitsWarper": "transformers:LogitsProcessor",
+    "transformers.AutoModelForVision2Seq": "transformers:AutoModelForImageTextToText",
+    "transformers.MODEL_FOR_VISION_2_SEQ_MAPPING": "transformers:MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING",
+    "transformers.Wav2Vec2Tokenizer": "transformers:Wav2Vec2CTCTokenizer",
+    "transformers.MT5Tokenizer": "transformers:T5Tokenizer",
+    "transformers.utils.is_offline_mode": "huggingface_hub",
+    "transformers.trainer.get_full_repo_name": f"{_LF}",
+    "transformers.utils.cached_property": "functools",
+}
+for _module in ("trainer", "trainer_utils", "training_args"):
+    MOVED[f"transformers.{_module}.ShardedDDPOption"] = "shardcompat.transformers._sharded_ddp_option"
+for _name in ("HfDeepSpeedConfig", "HfTrainerDeepSpeedConfig", "deepspeed_config", "deepspeed_init",
+              "deepspeed_load_checkpoint", "deepspeed_optim_sched", "dep_version_check", "is_accelerate_available",
+              "is_deepspeed_available", "is_deepspeed_zero3_enabled", "is_torch_available", "logger", "logging",
+              "set_hf_deepspeed_config", "unset_hf_deepspeed_config"):
+    MOVED[f"transformers.deepspeed.{_name}"] = "transformers.integrations.deepspeed"
+
+#: 4.30 tokenizer classes whose code 5.x keeps under another name: ``XTokenizerFast`` (5.x's
+#: ``XTokenizer`` is the tokenizers-backed one) and the 4.30 copies of another model's tokenizer.
+TOKENIZERS: dict[str, str] = {
+    stem: stem for stem in (
+        "Albert", "Barthez", "Bert", "BigBird", "BlenderbotSmall", "Blenderbot", "CLIP", "Camembert", "CodeGen",
+        "ConvBert", "Deberta", "DebertaV2", "Funnel", "GPT2", "GPTNeoX", "Herbert", "LayoutLMv2", "LayoutXLM",
+        "MBart50", "MBart", "MPNet", "Nllb", "OpenAIGPT", "Pegasus", "Reformer", "RemBert", "Splinter", "T5",
+        "Whisper", "XGLM", "XLMRoberta", "XLNet")
+} | {"LED": "Bart", "Longformer": "Roberta", "Lxmert": "Bert", "LayoutLM": "Bert", "Electra": "Bert",
+     "Mvp": "Roberta", "MT5": "T5"}
+for _stem, _home in TOKENIZERS.items():
+    MOVED[f"transformers.{_stem}TokenizerFast"] = f"transformers:{_home}Tokenizer"
+    if _stem != _home and _stem != "MT5":
+        MOVED[f"transformers.{_stem}Tokenizer"] = f"transformers:{_home}Tokenizer"
+MOVED["transformers.data.data_collator.BertTokenizerFast"] = "transformers:BertTokenizer"
+#: The vision FeatureExtractor classes 4.30 kept as deprecated subclasses of the image processors.
+for _stem in ("Beit", "CLIP", "ChineseCLIP", "ConditionalDetr", "ConvNext", "DPT", "DeformableDetr", "DeiT", "Detr",
+              "Donut", "Flava", "GLPN", "ImageGPT", "LayoutLMv2", "LayoutLMv3", "Levit", "MaskFormer", "MobileNetV1",
+              "MobileNetV2", "MobileViT", "OwlViT", "Perceiver", "PoolFormer", "Segformer", "ViT", "VideoMAE", "Vilt",
+              "Yolos"):
+    MOVED[f"transformers.{_stem}FeatureExtractor"] = f"transformers:{_stem}ImageProcessor"
+
+
+def _moved(spelling: str, home: str) -> Removed:
+    module, _, attr = home.partition(":")
+    old = spelling.rsplit(".", 1)[-1]
+    attr = attr or old
+    reason = (f"4.30's name of {module}.{attr}" if attr != old
+              else f"4.30 re-exported it here; {module} has it today")
+    return Removed(spelling, R, f"from {module} import {attr}", reason, target=f"{module}:{attr}")
+
+
+def _served(pattern: str, replacement: str, reason: str, target: str | None, home: Home = Home.IMPORT,
+            served: Served = Served.MAPPED, **kw: Any) -> Removed:
+    return Removed(pattern, served, replacement, reason, home, target, **kw)
+
+
+def _refused(pattern: str, replacement: str, reason: str, home: Home = Home.NONE, **kw: Any) -> Removed:
+    return Removed(pattern, X, replacement, reason, home, **kw)
+
+
+_NO_TF = "5.x is PyTorch only (no TensorFlow, no Flax)"
+_FALSE = f"{_LF}:answer_false"
+_TRUE = f"{_LF}:answer_true"
+
+SERVED_NAMES: tuple[Removed, ...] = (
+    # module names with today's behaviour (shardcompat._legacy_functions holds the small adapters)
+    _served("transformers.AdamW", "torch.optim.AdamW(params, lr, eps=1e-6, weight_decay=0.0)",
+            "torch's AdamW with 4.30's defaults (eps=1e-6, weight_decay=0.0); 4.30 applied the decay after the "
+            "Adam step and eps before the bias correction, which differs at second order only; "
+            "correct_bias=False (no bias correction) is refused, torch has no such mode",
+            f"{_LF}:AdamW", deprecated="4.26"),
+    _served("transformers.optimization.AdamW", "torch.optim.AdamW(params, lr, eps=1e-6, weight_decay=0.0)",
+            "the same class as transformers.AdamW", f"{_LF}:AdamW", deprecated="4.26"),
+    _served("transformers.trainer.is_fairscale_available", "importlib.util.find_spec('fairscale') is not None",
+            "the same question: is fairscale importable (under shardcompat run the facade answers for it)",
+            f"{_LF}:is_fairscale_available"),
+    _served("transformers.trainer.is_sigopt_available", "False", "5.x dropped SigOpt support", _FALSE),
+    _served("transformers.trainer.is_torch_compile_available", "hasattr(torch, 'compile')",
+            "torch 2 always has torch.compile", _TRUE),
+    _served("transformers.trainer.is_torch_greater_or_equal_than_1_10", "True",
+            "every torch 5.x runs on is 2.x", _TRUE),
+    _served("transformers.trainer.is_torch_less_than_1_11", "False", "every torch 5.x runs on is 2.x", _FALSE),
+    _served("transformers.pytorch_utils.is_torch_greater_or_equal_than_1_10", "True",
+            "every torch 5.x runs on is 2.x", f"{_LF}:TRUE"),
+    _served("transformers.pytorch_utils.is_torch_less_than_1_11", "False",
+            "every torch 5.x runs on is 2.x", f"{_LF}:FALSE"),
+    _served("transformers.pytorch_utils.parsed_torch_version_base",
+            "packaging.version.parse(packaging.version.parse(torch.__version__).base_version)",
+            "the same value", f"{_LF}:parsed_torch_version_base"),
+    _served("transformers.trainer.is_safetensors_available", "True", "safetensors is a dependency of 5.x", _TRUE),
+    _served("transformers.trainer.is_ipex_available", "False",
+            "5.x uses no Intel Extension for PyTorch; False keeps scripts off the code paths it served", _FALSE),
+    _served("transformers.trainer_pt_utils.SAVE_STATE_WARNING", '""',
+            "4.30 defined it as the empty string on every torch it supported", f"{_LF}:SAVE_STATE_WARNING"),
+    _served("transformers.trainer_utils.is_tf_available", "False", _NO_TF, _FALSE),
+    _served("transformers.training_args.is_safetensors_available", "True", "safetensors is a dependency of 5.x",
+            _TRUE),
+    _served("transformers.training_args.is_torch_bf16_cpu_available", "True",
+            "torch 2 runs bf16 autocast on every CPU", _TRUE),
+    _served("transformers.training_args.get_full_repo_name", "huggingface_hub.whoami()['name'] + '/' + NAME",
+            "the same answer: ORGANIZATION/NAME, or the token's user name", f"{_LF}:get_full_repo_name"),
+    _served("transformers.modeling_utils.is_safetensors_available", "True", "safetensors is a dependency of 5.x",
+            _TRUE),
+    _served("transformers.modeling_utils.get_parameter_device", "model.device",
+            "the device of the first parameter, as 4.30 answered", f"{_LF}:get_parameter_device"),
+    _served("transformers.modeling_utils.get_parameter_dtype", "model.dtype",
+            "the dtype of the first floating-point parameter, as 4.30 answered", f"{_LF}:get_parameter_dtype"),
+    _served("transformers.modeling_utils.get_first_parameter_dtype", "next(model.parameters()).dtype",
+            "the same value", f"{_LF}:get_first_parameter_dtype"),
+    _served("transformers.modeling_utils.dtype_byte_size", "torch.finfo(dtype).bits / 8",
+            "the same value", f"{_LF}:dtype_byte_size"),
+    # transformers.utils (and the top level's copies)
+    _served("transformers.utils.get_full_repo_name", "huggingface_hub.whoami()['name'] + '/' + NAME",
+            "the same answer: ORGANIZATION/NAME, or the token's user name (the 4.30 no_trainer examples "
+            "call it before push_to_hub)", f"{_LF}:get_full_repo_name", deprecated="4.34"),
+    _served("transformers.utils.TRANSFORMERS_CACHE", "huggingface_hub.constants.HF_HUB_CACHE",
+            "4.30 cached in the hub's cache folder", f"{_LF}:HF_HUB_CACHE"),
+    _served("transformers.utils.PYTORCH_TRANSFORMERS_CACHE", "huggingface_hub.constants.HF_HUB_CACHE",
+            "4.30 cached in the hub's cache folder", f"{_LF}:HF_HUB_CACHE"),
+    _served("transformers.utils.PYTORCH_PRETRAINED_BERT_CACHE", "huggingface_hub.constants.HF_HUB_CACHE",
+            "4.30 cached in the hub's cache folder", f"{_LF}:HF_HUB_CACHE"),
+    _served("transformers.utils.default_cache_path", "huggingface_hub.constants.default_cache_path",
+            "4.30 took it from the hub", "huggingface_hub.constants:default_cache_path"),
+    _served("transformers.utils.HUGGINGFACE_CO_RESOLVE_ENDPOINT", "huggingface_hub.constants.ENDPOINT",
+            "the same endpoint", "huggingface_hub.constants:ENDPOINT"),
+    _served("transformers.utils.HUGGINGFACE_CO_PREFIX", "huggingface_hub.constants.HUGGINGFACE_CO_URL_TEMPLATE",
+            "the same URL template", f"{_LF}:HUGGINGFACE_CO_PREFIX"),
+    _served("transformers.utils.DISABLE_TELEMETRY", "huggingface_hub.constants.HF_HUB_DISABLE_TELEMETRY",
+            "the same switch", "huggingface_hub.constants:HF_HUB_DISABLE_TELEMETRY"),
+    _served("transformers.utils.TF2_WEIGHTS_NAME", '"tf_model.h5"', "the same file name", f"{_LF}:TF2_WEIGHTS_NAME"),
+    _served("transformers.utils.TF2_WEIGHTS_INDEX_NAME", '"tf_model.h5.index.json"', "the same file name",
+            f"{_LF}:TF2_WEIGHTS_INDEX_NAME"),
+    _served("transformers.utils.TF_WEIGHTS_NAME", '"model.ckpt"', "the same file name", f"{_LF}:TF_WEIGHTS_NAME"),
+    _served("transformers.utils.FLAX_WEIGHTS_NAME", '"flax_model.msgpack"', "the same file name",
+            f"{_LF}:FLAX_WEIGHTS_NAME"),
+    _served("transformers.utils.FLAX_WEIGHTS_INDEX_NAME", '"flax_model.msgpack.index.json"', "the same file name",
+            f"{_LF}:FLAX_WEIGHTS_INDEX_NAME"),
+    _served("transformers.utils.USE_TORCH", 'os.environ.get("USE_TORCH", "AUTO").upper()', "the same value",
+            f"{_LF}:USE_TORCH"),
+    _served("transformers.utils.USE_TF", 'os.environ.get("USE_TF", "AUTO").upper()', "the same value",
+            f"{_LF}:USE_TF"),
+    _served("transformers.utils.USE_JAX", 'os.environ.get("USE_FLAX", "AUTO").upper()', "the same value",
+            f"{_LF}:USE_JAX"),
+    *(_served(f"transformers.utils.{n}", "False", _NO_TF, _FALSE) for n in (
+        "is_flax_available", "is_keras_nlp_available", "is_tensorflow_probability_available",
+        "is_tensorflow_text_available", "is_tf2onnx_available")),
+    _served("transformers.utils.is_ipex_available", "False",
+            "5.x uses no Intel Extension for PyTorch; False keeps scripts off the code paths it served", _FALSE),
+    *(_served(f"transformers.utils.{n}", "True", why, _TRUE) for n, why in (
+        ("is_safetensors_available", "safetensors is a dependency of 5.x"),
+        ("is_torch_fx_available", "torch 2 always has torch.fx"),
+        ("is_torch_compile_available", "torch 2 always has torch.compile"),
+        ("is_torchdynamo_available", "torch 2 always has TorchDynamo"),
+        ("is_torch_bf16_cpu_available", "torch 2 runs bf16 autocast on every CPU"))),
+    *(_served(f"transformers.utils.{n}", f"importlib.util.find_spec({pkg!r}) is not None",
+              "the same question: is the package importable", f"{_LF}:{n}") for n, pkg in (
+        ("is_ftfy_available", "ftfy"), ("is_jieba_available", "jieba"), ("is_soundfile_availble", "soundfile"),
+        ("is_decord_available", "decord"))),
+    _served("transformers.utils.working_or_temp_dir", "tempfile.TemporaryDirectory()",
+            "the same context manager: the folder itself, or a temporary one", f"{_LF}:working_or_temp_dir"),
+    _served("transformers.utils.is_remote_url", "urllib.parse.urlparse(url).scheme in ('http', 'https')",
+            "the same question", f"{_LF}:is_remote_url"),
+)
+_BY_PATTERN = {r.pattern: r for r in SERVED_NAMES}
+#: The top level's copies of ``transformers.utils`` names (4.30 exported them both ways).
+SERVED_NAMES += tuple(
+    dataclasses.replace(_BY_PATTERN[f"transformers.utils.{n}"], pattern=f"transformers.{n}")
+    for n in ("TRANSFORMERS_CACHE", "PYTORCH_TRANSFORMERS_CACHE", "PYTORCH_PRETRAINED_BERT_CACHE",
+              "is_keras_nlp_available", "is_tensorflow_text_available", "is_decord_available"))
+
+_GEN = "call model.generate(...) with the matching GenerationConfig (num_beams=, do_sample=, ...)"
+_MASKS = "transformers.masking_utils (create_causal_mask and friends) or the model's own forward"
+
+REFUSED_NAMES: tuple[Removed, ...] = (
+    # module names with no honest mapping
+    _refused("transformers.data.data_collator.DataCollatorForSOP", "DataCollatorForLanguageModeling",
+             "4.30 already deprecated it; the sentence-order labels need the script's own collator"),
+    _refused("transformers.DataCollatorForSOP", "DataCollatorForLanguageModeling",
+             "4.30 already deprecated it; the sentence-order labels need the script's own collator"),
+    _refused("transformers.data.data_collator.DataCollatorForWholeWordMask",
+             "DataCollatorForLanguageModeling(tokenizer, whole_word_mask=True)",
+             "5.x masks whole words inside DataCollatorForLanguageModeling, from the tokenizer's offsets "
+             "instead of 4.30's Chinese reference files, so the masks differ"),
+    _refused("transformers.DataCollatorForWholeWordMask",
+             "DataCollatorForLanguageModeling(tokenizer, whole_word_mask=True)",
+             "5.x masks whole words inside DataCollatorForLanguageModeling, with different masks"),
+    _refused("transformers.data.data_collator.tf_default_data_collator", "default_data_collator", _NO_TF),
+    _refused("transformers.data.data_collator.tolist", "x.tolist()", "a private helper of the 4.30 collators"),
+    _refused("transformers.modeling_utils.find_pruneable_heads_and_indices", "none (5.x removed head pruning)",
+             "5.x removed attention-head pruning"),
+    _refused("transformers.*.prune_conv1d_layer", "none (5.x removed head pruning)", "5.x removed head pruning"),
+    _refused("transformers.*.prune_layer", "none (5.x removed head pruning)", "5.x removed head pruning"),
+    _refused("transformers.prune_layer", "none (5.x removed head pruning)", "5.x removed head pruning"),
+    _refused("transformers.pytorch_utils.find_pruneable_heads_and_indices", "none (5.x removed head pruning)",
+             "5.x removed attention-head pruning"),
+    _refused("transformers.modeling_utils.SequenceSummary", "the model's own head (XLNet, XLM define theirs)",
+             "5.x moved it into the model files that use it"),
+    _refused("transformers.modeling_utils.Pooler*", "the model's own head (XLNet, XLM define theirs)",
+             "5.x moved the SQuAD heads into the model files that use them"),
+    _refused("transformers.modeling_utils.SQuADHead", "the model's own head (XLNet, XLM define theirs)",
+             "5.x moved the SQuAD heads into the model files that use them"),
+    _refused("transformers.modeling_utils.SquadHeadOutput", "the model's own output class",
+             "5.x moved the SQuAD heads into the model files that use them"),
+    _refused("transformers.modeling_utils.shard_checkpoint", "huggingface_hub.split_torch_state_dict_into_shards",
+             "today's sharding returns another structure (a split plan, not the shards)"),
+    _refused("transformers.modeling_utils.download_url", "huggingface_hub.hf_hub_download",
+             "4.30 already deprecated downloading from arbitrary URLs"),
+    _refused("transformers.modeling_utils.is_remote_url", "urllib.parse.urlparse(url).scheme",
+             "a private helper of 4.30's loading code"),
+    _refused("transformers.modeling_utils.find_submodule_and_param_name", "model.get_submodule(name)",
+             "a private helper of 4.30's loading code"),
+    _refused("transformers.modeling_utils.get_disk_only_shard_files", "accelerate's disk offload",
+             "a private helper of 4.30's loading code"),
+    _refused("transformers.modeling_utils.get_state_dict_float_dtype", "the tensors' own dtype",
+             "a private helper of 4.30's loading code"),
+    _refused("transformers.modeling_utils.set_initialized_submodules", "model.post_init()",
+             "a private helper of 4.30's weight initialisation"),
+    _refused("transformers.modeling_utils.*_WEIGHTS_NAME", "transformers.utils.SAFE_WEIGHTS_NAME",
+             "5.x loads no TensorFlow or Flax checkpoints"),
+    _refused("transformers.trainer.DistributedTensorGatherer", "Trainer.evaluation_loop (Accelerate's gather)",
+             "the legacy prediction loop it served is gone"),
+    _refused("transformers.trainer*.DistributedTensorGatherer", "Trainer.evaluation_loop (Accelerate's gather)",
+             "the legacy prediction loop it served is gone"),
+    _refused("transformers.trainer*.SequentialDistributedSampler", "torch.utils.data.distributed.DistributedSampler",
+             "the legacy prediction loop it served is gone; 4.30 already deprecated it"),
+    _refused("transformers.trainer.NotebookProgressCallback", "transformers.utils.notebook.NotebookProgressCallback",
+             "5.x imports it only in notebooks (it needs IPython)"),
+    _refused("transformers.trainer*.smp_*", "none: 5.x removed SageMaker model parallelism",
+             "5.x removed SageMaker model parallelism"),
+    _refused("transformers.trainer.run_hp_search_sigopt", "another hyperparameter_search backend (optuna, ray)",
+             "5.x removed SigOpt"),
+    _refused("transformers.trainer_utils.default_hp_space_sigopt", "another hyperparameter_search backend",
+             "5.x removed SigOpt"),
+    _refused("transformers.training_args.default_logdir", "TENSORBOARD_LOGGING_DIR=DIR (environment)",
+             "5.x chooses the TensorBoard folder from the environment"),
+    _refused("transformers.training_args.get_int_from_env", "int(os.environ.get(NAME, default))",
+             "a private helper of 4.30's TrainingArguments"),
+    _refused("transformers.training_args.get_xla_device_type", "torch_xla's own device query",
+             "a private helper of 4.30's TrainingArguments"),
+    _refused("transformers.utils.TORCH_FX_REQUIRED_VERSION", "none: every torch 2 has torch.fx",
+             "a private constant of 4.30's torch.fx support"),
+    _refused("transformers.utils.get_cached_models", "huggingface_hub.scan_cache_dir()",
+             "the hub's cache layout replaced 4.x's"),
+    _refused("transformers.utils.move_cache", "huggingface_hub.scan_cache_dir()",
+             "it moved the 4.2x cache into the hub's layout, long done"),
+    _refused("transformers.utils.get_file_from_repo",
+             "transformers.utils.cached_file(repo, filename, _raise_exceptions_for_missing_entries=False)",
+             "5.x folds it into cached_file"),
+    _refused("transformers.utils.download_url", "huggingface_hub.hf_hub_download",
+             "4.30 already deprecated downloading from arbitrary URLs"),
+    _refused("transformers.utils.add_model_info_to_auto_map", "none", "a private helper of 4.30's auto classes"),
+    _refused("transformers.utils.ccl_version", "importlib.metadata.version('oneccl_bind_pt')",
+             "a private constant of 4.30's oneCCL support"),
+    _refused("transformers.utils.infer_framework", "'pt'", _NO_TF),
+    _refused("transformers.utils.is_jax_tensor", "isinstance(x, jax.Array)", _NO_TF),
+    _refused("transformers.utils.is_tf_tensor", "isinstance(x, tf.Tensor)", _NO_TF),
+    _refused("transformers.utils.is_tf_symbolic_tensor", "tf.is_symbolic_tensor(x)", _NO_TF),
+    Removed("transformers.file_utils.*", R, "transformers.utils",
+                              "transformers.file_utils was 4.x's alias of transformers.utils: each name is "
+                              "served or refused as its transformers.utils row says", Home.IMPORT,
+                              alias="transformers.utils"),
+    # top-level names
+    _refused("transformers.ModelCard", "huggingface_hub.ModelCard", "5.x writes model cards with the hub's class"),
+    _refused("transformers.SpecialTokensMixin", "PreTrainedTokenizerBase",
+             "5.x folds the special-tokens API into the tokenizer base class"),
+    _refused("transformers.AutoModelWithLMHead", "AutoModelForCausalLM, AutoModelForMaskedLM or AutoModelForSeq2SeqLM",
+             "4.30 already deprecated it; which of the three it chose depended on the config", deprecated="<=4.30"),
+    _refused("transformers.MODEL_WITH_LM_HEAD_MAPPING", "MODEL_FOR_CAUSAL_LM_MAPPING (or _MASKED_LM_, _SEQ_2_SEQ_LM_)",
+             "the mapping of the removed AutoModelWithLMHead"),
+    _refused("transformers.MODEL_NAMES_MAPPING", "transformers.models.auto.configuration_auto.CONFIG_MAPPING_NAMES",
+             "5.x keeps only the config mapping"),
+    _refused("transformers.LEDForSequenceClassification", "BartForSequenceClassification or LEDModel with a head",
+             "5.x removed the class (4.30 already deprecated it)"),
+    _refused("transformers.Wav2Vec2ForMaskedLM", "Wav2Vec2ForCTC", "4.30 already deprecated it"),
+    _refused("transformers.ViTMAELayer", "transformers.models.vit_mae.modeling_vit_mae's layer",
+             "5.x exports only the models"),
+    _refused("transformers.BloomTokenizerFast", "AutoTokenizer.from_pretrained(...)",
+             "5.x loads BLOOM's tokenizer through the generic fast tokenizer"),
+    _refused("transformers.top_k_top_p_filtering", "TopKLogitsWarper and TopPLogitsWarper",
+             "4.30 already deprecated it"),
+    _refused("transformers.is_sigopt_available", "another hyperparameter_search backend", "5.x removed SigOpt"),
+    _refused("transformers.PyTorchBenchmark*", "torch.utils.benchmark", "5.x removed the benchmark utilities"),
+    _refused("transformers.*Constraint*", _GEN, "5.x removed constrained beam search"),
+    _refused("transformers.*BeamScorer", _GEN, "5.x folded beam scoring into generate"),
+    _refused("transformers.*BeamSearchScorer", _GEN, "5.x folded beam scoring into generate"),
+    _refused("transformers.HammingDiversityLogitsProcessor", _GEN, "5.x removed group (diverse) beam search"),
+    # families
+    _refused("transformers.*_PRETRAINED_*", "none: 5.x removed the archive lists (pick checkpoints on the Hub)",
+             "the per-model archive maps and lists of pretrained checkpoint names"),
+    _refused("transformers.TF*", _NO_TF.split(" (")[0] + ": the PyTorch class without the TF prefix", _NO_TF),
+    _refused("transformers.Flax*", _NO_TF.split(" (")[0] + ": the PyTorch class without the Flax prefix", _NO_TF),
+    _refused("transformers.*", "the PyTorch class", _NO_TF, backend="*tf*"),
+    _refused("transformers.*", "the PyTorch class", _NO_TF, backend="*flax*"),
+    _refused("transformers.*", "the PyTorch API", _NO_TF, origin="modeling_tf_*"),
+    _refused("transformers.*", "the PyTorch API", _NO_TF, origin="*_tf"),
+    _refused("transformers.load_tf_weights_in_*", "from_pretrained of a PyTorch or safetensors checkpoint",
+             "5.x loads no TensorFlow checkpoints"),
+    _refused("transformers.*", "a maintained model (or Transformers 4.x pinned)",
+             "the model was removed from Transformers (deprecated models go after a release of warnings)",
+             gone_model=True),
+    _refused("transformers.*", "smolagents (pip install smolagents)",
+             "5.x removed transformers.agents/tools; smolagents is their successor", origin="tools"),
+    _refused("transformers.*Pipeline", "pipeline('text-generation') or the model's generate",
+             "5.x removed these task pipelines", origin="pipelines"),
+    _refused("transformers.Conversation", "a list of chat messages for pipeline('text-generation')",
+             "5.x removed the conversational pipeline"),
+    _refused("transformers.*", "the datasets library (load_dataset, evaluate)",
+             "4.30 already deprecated the data processors and datasets of transformers.data",
+             origin="data*"),
+)
+
+_TRAINER_AMP = "the Trainer integration serves it with its 4.30 meaning (issue 30, section 2)"
+_TOK = "PreTrainedTokenizerBase"
+_MODEL = "PreTrainedModel"
+
+MEMBERS: tuple[Removed, ...] = (
+    # Trainer and Seq2SeqTrainer: the 4.x internals Trainer subclasses read
+    *(_served(f"*Trainer.{n}", f"self.{n} (4.30's meaning)", _TRAINER_AMP, None, _T)
+      for n in ("sharded_ddp", "use_apex", "do_grad_scaling", "scaler", "use_cuda_amp", "use_cpu_amp", "amp_dtype")),
+    _refused("*Trainer.fsdp", "self.accelerator.state.fsdp_plugin",
+             "5.x configures FSDP through Accelerate's plugin"),
+    _refused("*Trainer.backward_prefetch", "self.accelerator.state.fsdp_plugin.backward_prefetch",
+             "5.x configures FSDP through Accelerate's plugin"),
+    _refused("*Trainer.forward_prefetch", "self.accelerator.state.fsdp_plugin.forward_prefetch",
+             "5.x configures FSDP through Accelerate's plugin"),
+    _refused("*Trainer.limit_all_gathers", "self.accelerator.state.fsdp_plugin.limit_all_gathers",
+             "5.x configures FSDP through Accelerate's plugin"),
+    _refused("*Trainer.repo", "self.hub_model_id with huggingface_hub.upload_folder",
+             "5.x pushes with the hub's HTTP API, not a git clone (huggingface_hub.Repository is gone)"),
+    _refused("*Trainer.init_git_repo", "self.init_hf_repo()", "5.x pushes without a git clone"),
+    _refused("*Trainer.jit_compilation_time", "none", "5.x removed --jit_mode_eval"),
+    _refused("*Trainer.torch_jit_model_eval", "none", "5.x removed --jit_mode_eval"),
+    _refused("*Trainer.ipex_optimize_model", "none", "5.x removed --use_ipex"),
+    _refused("*Trainer.use_tune_checkpoints", "none", "a private flag of 4.30's Ray Tune integration"),
+    _refused("*Trainer.prediction_loop", "self.evaluation_loop(...)",
+             "evaluation_loop returns an EvalLoopOutput where prediction_loop returned a PredictionOutput"),
+    # TrainingArguments
+    _served("TrainingArguments.__init__(sharded_ddp=)", "--sharded_ddp (shardcompat's grammar)",
+            "the option shardcompat exists for: parsed by shardcompat.options and sharded by the Trainer drop-in",
+            None, _A),
+    _served("TrainingArguments.sharded_ddp", "args.sharded_ddp", "4.30's list of ShardedDDPOption values",
+            None, _A),
+    _served("TrainingArguments.framework", '"pt"', "5.x is PyTorch only; 4.30 set it to \"pt\" too",
+            f"{_LF}:FRAMEWORK", _C),
+    # tokenizers
+    _served(f"{_TOK}.as_target_tokenizer", "tokenizer(text_target=...)",
+            "the same target mode: 5.x's tokenizer still switches into it for text_target", f"{_LF}:as_target_tokenizer",
+            _C, deprecated="<=4.30"),
+    _served(f"{_TOK}.prepare_seq2seq_batch", "tokenizer(src_texts, text_target=tgt_texts, ...)",
+            "the same encodings: inputs with max_length, labels with max_target_length", f"{_LF}:prepare_seq2seq_batch",
+            _C, deprecated="<=4.30"),
+    _served(f"{_TOK}.encode_plus", "tokenizer(text, text_pair, ...)",
+            "4.30's __call__ was encode_plus for one example", f"{_LF}:encode_plus", _C),
+    _served(f"{_TOK}.batch_encode_plus", "tokenizer(batch, ...)",
+            "4.30's __call__ was batch_encode_plus for a batch", f"{_LF}:batch_encode_plus", _C),
+    _served(f"{_TOK}.sanitize_special_tokens", "nothing (5.x adds the special tokens itself)",
+            "4.30 already made it a no-op that returned 0", f"{_LF}:sanitize_special_tokens", _C,
+            served=N, deprecated="<=4.30"),
+    _served(f"{_TOK}.*_token", "tokenizer.<name>_token", "5.x answers it on every tokenizer instance", None,
+            _RL),
+    _served(f"{_TOK}.*_token_id", "tokenizer.<name>_token_id", "5.x answers it on every tokenizer instance", None,
+            _RL),
+    _refused(f"{_TOK}.additional_special_tokens*", "tokenizer.extra_special_tokens (or all_special_tokens)",
+             "5.x renamed the additional special tokens"),
+    _refused(f"{_TOK}.*_extended", "tokenizer.special_tokens_map / all_special_tokens",
+             "5.x keeps one map of special tokens (AddedToken objects included)"),
+    _refused(f"{_TOK}.build_inputs_with_special_tokens", "tokenizer(text, add_special_tokens=True)",
+             "5.x adds special tokens inside the tokenizers backend"),
+    _refused(f"{_TOK}.create_token_type_ids_from_sequences", "tokenizer(text, text_pair)['token_type_ids']",
+             "5.x computes them inside the tokenizers backend"),
+    _refused(f"{_TOK}.prepare_for_model", "tokenizer(...) on the text",
+             "5.x encodes ids inside the tokenizers backend"),
+    _refused(f"{_TOK}.truncate_sequences", "tokenizer(..., truncation=..., max_length=...)",
+             "5.x truncates inside the tokenizers backend"),
+    _refused(f"{_TOK}.max_model_input_sizes", "tokenizer.model_max_length", "5.x removed the per-checkpoint tables"),
+    _refused(f"{_TOK}.pretrained_init_configuration", "the checkpoint's tokenizer_config.json",
+             "5.x removed the per-checkpoint tables"),
+    _refused(f"{_TOK}.from_pretrained(resume_download=)", "drop it", "downloads always resume today"),
+    # models
+    _served(f"{_MODEL}.framework", '"pt"', "5.x is PyTorch only; 4.30 answered \"pt\" too", f"{_LF}:FRAMEWORK", _C),
+    _served(f"{_MODEL}.is_parallelizable", "False",
+            "no 5.x model has the naive parallelize() it flagged; 4.30 defaulted it to False", f"{_LF}:FALSE", _C),
+    *(_served(f"{_MODEL}.{n}", f"model.{n}", "every 5.x model that generates has it (GenerationMixin)", None,
+              _RL)
+      for n in ("generate", "prepare_inputs_for_generation", "compute_transition_scores")),
+    *(_refused(f"{_MODEL}.{n}", _GEN, "5.x runs every decoding strategy through generate()")
+      for n in ("greedy_search", "sample", "beam_search", "beam_sample", "group_beam_search", "contrastive_search",
+                "constrained_beam_search", "assisted_decoding", "adjust_logits_during_generation")),
+    *(_refused(f"{_MODEL}.{n}", _MASKS, "5.x builds attention masks in transformers.masking_utils")
+      for n in ("get_extended_attention_mask", "invert_attention_mask", "create_extended_attention_mask_for_decoder",
+                "get_head_mask")),
+    _refused(f"{_MODEL}.prune_heads", "none", "5.x removed head pruning"),
+    _refused(f"{_MODEL}.*_memory_hooks*", "torch.cuda.max_memory_allocated()", "5.x removed the memory hooks"),
+    _refused(f"{_MODEL}.floating_point_ops", "6 * model.num_parameters() * tokens",
+             "5.x removed the FLOP estimate"),
+    _refused(f"{_MODEL}.estimate_tokens", "the batch's input_ids.numel()", "5.x removed the FLOP estimate"),
+    _refused(f"{_MODEL}.*bettertransformer", "attn_implementation='sdpa'",
+             "5.x uses torch's SDPA attention itself (Optimum's BetterTransformer is gone)"),
+    _refused(f"{_MODEL}.warnings_issued", "none", "a private dict of 4.30's one-time warnings"),
+    _refused(f"{_MODEL}.from_pretrained(from_tf=)", "a PyTorch or safetensors checkpoint",
+             "5.x loads no TensorFlow checkpoints"),
+    _refused(f"{_MODEL}.from_pretrained(from_flax=)", "a PyTorch or safetensors checkpoint",
+             "5.x loads no Flax checkpoints"),
+    _refused(f"{_MODEL}.from_pretrained(load_in_8bit=)", "quantization_config=BitsAndBytesConfig(load_in_8bit=True)",
+             "5.x takes quantization settings only in quantization_config"),
+    _refused(f"{_MODEL}.from_pretrained(load_in_4bit=)", "quantization_config=BitsAndBytesConfig(load_in_4bit=True)",
+             "5.x takes quantization settings only in quantization_config"),
+    _refused(f"{_MODEL}.from_pretrained(low_cpu_mem_usage=)", "drop it", "5.x always loads with low memory use"),
+    _refused(f"{_MODEL}.from_pretrained(offload_state_dict=)", "device_map= with offload_folder=",
+             "5.x offloads through device_map"),
+    _refused(f"{_MODEL}.from_pretrained(mirror=)", "drop it", "4.30 already ignored it"),
+    _refused(f"{_MODEL}.from_pretrained(resume_download=)", "drop it", "downloads always resume today"),
+)
+
+SURFACE: tuple[Removed, ...] = (
+    tuple(_moved(k, v) for k, v in MOVED.items()) + SERVED_NAMES + REFUSED_NAMES + MEMBERS
+)
+#: What the survey of 4.30.2 against the installed release found, as the docs page reports it
+#: (the test over the 4.30.2 wheel checks these against a fresh survey).
+COVERAGE: dict[str, Any] = {"old": "4.30.2", "installed": "5.25.0", "found": 0, "served": 0, "refused": 0,
+                            "unlisted": 0}
+
+
+def _field_rows(name: Any) -> LegacyName | None:
+    """The rows of the first table (fields, Trainer keywords, from_pretrained, top level, utils) for a surveyed name."""
+    where, what, n = name.where, name.what, name.name
+    keyword = n.rstrip(")").split("(")[1] if what == "keyword" else None
+    method = n.split("(")[0]
+    candidates: list[tuple[str, Kind]] = []
+    if where == "TrainingArguments":
+        candidates.append((keyword if keyword and method == "__init__" else n, Kind.FIELD))
+    elif where.endswith("Trainer"):
+        candidates.append((keyword if keyword and method == "__init__" else n, Kind.TRAINER))
+    elif keyword and method == "from_pretrained":
+        candidates.append((keyword, Kind.FROM_PRETRAINED))
+    elif where == "transformers":
+        candidates.append((n, Kind.TOP_LEVEL))
+    elif where in ("transformers.utils", "transformers.file_utils"):
+        candidates.append((n, Kind.UTILS))
+    for cand, kind in candidates:
+        for r in ROWS:
+            if r.name == cand and r.kind is kind:
+                return r
+    return None
+
+
+def _gone_model(origin: str) -> bool:
+    import importlib.util
+
+    if not origin.startswith("models."):
+        return False
+    try:
+        return importlib.util.find_spec(f"transformers.{origin}") is None
+    except (ImportError, ValueError):
+        return True
+
+
+def lookup(name: Any, rows: tuple[Removed, ...] | None = None) -> LegacyName | Removed | None:
+    """The row that covers a surveyed name (:class:`.legacy_survey.Name`: ``where``, ``name``,
+    ``what``, ``origin``, ``backend``), or None: the first table's rows first, then the first
+    matching row of :data:`SURFACE`."""
+    import fnmatch
+
+    first = _field_rows(name)
+    if first is not None:
+        return first
+    spelling = name.spelling
+    for r in rows if rows is not None else SURFACE:
+        if not fnmatch.fnmatchcase(spelling, r.pattern):
+            continue
+        if r.origin is not None and not fnmatch.fnmatchcase(name.origin, r.origin):
+            continue
+        if r.backend is not None and not fnmatch.fnmatchcase(name.backend, r.backend):
+            continue
+        if r.gone_model and not _gone_model(name.origin):
+            continue
+        if r.alias is not None:
+            prefix = spelling.rsplit(".", 1)[0]
+            aliased = dataclasses.replace(name, where=r.alias) if hasattr(name, "where") else name
+            del prefix
+            return lookup(aliased, rows)
+        return r
+    return None

@@ -42,7 +42,6 @@ class Case:
     resume: str | None = None  # resume from checkpoint-2 of the case with this name
     weight_decay: float = 0.0
     measure: bool = False  # count the state each rank holds at the second optimizer step
-    dropout: bool = True  # GPT-2's dropout (T5 has none)
 
     @property
     def reference(self) -> str:
@@ -50,7 +49,7 @@ class Case:
         decay = "-weight-decay" if self.weight_decay else ""
         clip = "" if self.max_grad_norm == 1.0 else f"-clip{self.max_grad_norm:g}"
         optim = f"-{self.optim}" if self.optim else ""
-        return f"ddp-{self.model}{precision}{decay}{clip}{optim}{'' if self.dropout else '-no-dropout'}"
+        return f"ddp-{self.model}{precision}{decay}{clip}{optim}"
 
 
 @dataclass
@@ -96,21 +95,28 @@ def fp16_without_gpu_refused() -> str | None:
     return None
 
 
-def build_model(kind: str, dropout: bool = True) -> torch.nn.Module:
+def model_config(kind: str) -> Any:
+    """The case's tiny config: sizes and special tokens only, every dropout left at the
+    model's default (users train with it on; ``test_trainer`` checks that it stays so)."""
+    import transformers
+
+    if kind == "gpt2":
+        return transformers.GPT2Config(
+            vocab_size=VOCAB, n_positions=16, n_embd=32, n_layer=2, n_head=2, bos_token_id=0, eos_token_id=1,
+        )
+    return transformers.T5Config(
+        vocab_size=VOCAB, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_decoder_layers=2,
+        num_heads=2, decoder_start_token_id=0, pad_token_id=0, eos_token_id=1,
+    )
+
+
+def build_model(kind: str) -> torch.nn.Module:
     import transformers
 
     torch.manual_seed(0)
+    config = model_config(kind)
     if kind == "gpt2":
-        p = 0.1 if dropout else 0.0
-        config = transformers.GPT2Config(
-            vocab_size=VOCAB, n_positions=16, n_embd=32, n_layer=2, n_head=2,
-            resid_pdrop=p, embd_pdrop=p, attn_pdrop=p, bos_token_id=0, eos_token_id=1,
-        )
         return transformers.GPT2LMHeadModel(config)
-    config = transformers.T5Config(
-        vocab_size=VOCAB, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_decoder_layers=2,
-        num_heads=2, dropout_rate=0.0, decoder_start_token_id=0, pad_token_id=0, eos_token_id=1,
-    )
     return transformers.T5ForConditionalGeneration(config)
 
 
@@ -262,7 +268,7 @@ def run(case: Case, root: Path) -> Outcome:
     # (4.x keeps an earlier instance's mixed precision there): every case starts clean.
     for name in [n for n in os.environ if n.startswith(("ACCELERATE_", "FSDP_"))]:
         del os.environ[name]
-    model = build_model(case.model, case.dropout)
+    model = build_model(case.model)
     psi = count_state(("param", p) for p in model.parameters()).params
     args = _arguments(case, out, stock)
     kwargs: dict[str, Any] = {"backend": case.backend} if not stock else {}

@@ -142,7 +142,7 @@ def _glue_assets(root: Path) -> list[str]:
     torch.manual_seed(0)
     config = transformers.BertConfig(
         vocab_size=size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-        max_position_embeddings=32, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=2)
+        max_position_embeddings=32, num_labels=2)
     transformers.BertForSequenceClassification(config).save_pretrained(root / "model")
 
     def row(rng: random.Random) -> dict[str, Any]:
@@ -161,7 +161,7 @@ def _translation_assets(root: Path) -> list[str]:
     torch.manual_seed(0)
     config = transformers.T5Config(
         vocab_size=size, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=2,
-        dropout_rate=0.0, decoder_start_token_id=0, pad_token_id=0, eos_token_id=4)
+        decoder_start_token_id=0, pad_token_id=0, eos_token_id=4)
     transformers.T5ForConditionalGeneration(config).save_pretrained(root / "model")
 
     def row(rng: random.Random) -> dict[str, Any]:
@@ -180,8 +180,7 @@ def _clm_assets(root: Path) -> list[str]:
     size = _tokenizer(root / "model")
     torch.manual_seed(0)
     config = transformers.GPT2Config(
-        vocab_size=size, n_positions=16, n_embd=32, n_layer=2, n_head=2, resid_pdrop=0.0, embd_pdrop=0.0,
-        attn_pdrop=0.0, bos_token_id=4, eos_token_id=4)
+        vocab_size=size, n_positions=16, n_embd=32, n_layer=2, n_head=2, bos_token_id=4, eos_token_id=4)
     transformers.GPT2LMHeadModel(config).save_pretrained(root / "model")
     rng = random.Random("train")
     train = root / "train.csv"

@@ -1,0 +1,185 @@
+"""The small adapters some rows of :data:`.legacy_table.SURFACE` are served by: a 4.x name whose
+answer today is a constant, a question the installed release no longer asks, or a 4.x call form
+written with today's API.  Each is written here from the row's description (nothing is copied
+from Transformers); :mod:`._legacy_imports` puts them at their 4.x homes under ``shardcompat run``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import tempfile
+import urllib.parse
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from packaging import version
+
+from ._api import load
+
+TRUE, FALSE = True, False
+FRAMEWORK = "pt"
+SAVE_STATE_WARNING = ""
+TF2_WEIGHTS_NAME = "tf_model.h5"
+TF2_WEIGHTS_INDEX_NAME = "tf_model.h5.index.json"
+TF_WEIGHTS_NAME = "model.ckpt"
+FLAX_WEIGHTS_NAME = "flax_model.msgpack"
+FLAX_WEIGHTS_INDEX_NAME = "flax_model.msgpack.index.json"
+USE_TORCH = os.environ.get("USE_TORCH", "AUTO").upper()
+USE_TF = os.environ.get("USE_TF", "AUTO").upper()
+USE_JAX = os.environ.get("USE_FLAX", "AUTO").upper()
+parsed_torch_version_base = version.parse(version.parse(torch.__version__).base_version)
+
+
+def _hub_constant(name: str) -> Any:
+    # huggingface_hub comes with the 'transformers' extra; load() names the extra when it is absent
+    return getattr(load("huggingface_hub.constants"), name)
+
+
+HF_HUB_CACHE = _hub_constant("HF_HUB_CACHE")
+HUGGINGFACE_CO_PREFIX = _hub_constant("HUGGINGFACE_CO_URL_TEMPLATE")
+
+
+def answer_true(*args: Any, **kwargs: Any) -> bool:
+    return True
+
+
+def answer_false(*args: Any, **kwargs: Any) -> bool:
+    return False
+
+
+def _importable(package: str) -> bool:
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):  # a module in sys.modules without a spec
+        return package in __import__("sys").modules
+
+
+def is_fairscale_available() -> bool:
+    return _importable("fairscale")
+
+
+def is_ftfy_available() -> bool:
+    return _importable("ftfy")
+
+
+def is_jieba_available() -> bool:
+    return _importable("jieba")
+
+
+def is_soundfile_availble() -> bool:  # 4.30's spelling
+    return _importable("soundfile")
+
+
+def is_decord_available() -> bool:
+    return _importable("decord")
+
+
+def is_remote_url(url_or_filename: str) -> bool:
+    return urllib.parse.urlparse(str(url_or_filename)).scheme in ("http", "https")
+
+
+@contextlib.contextmanager
+def working_or_temp_dir(working_dir: str, use_temp_dir: bool = False) -> Iterator[str]:
+    if use_temp_dir:
+        with tempfile.TemporaryDirectory() as tmp:
+            yield tmp
+    else:
+        yield working_dir
+
+
+def get_full_repo_name(model_id: str, organization: str | None = None, token: str | None = None) -> str:
+    if organization is not None:
+        return f"{organization}/{model_id}"
+    return f"{load('huggingface_hub').whoami(token)['name']}/{model_id}"
+
+
+def get_parameter_device(parameter: torch.nn.Module) -> torch.device:
+    return next(parameter.parameters()).device
+
+
+def get_first_parameter_dtype(parameter: torch.nn.Module) -> torch.dtype:
+    return next(parameter.parameters()).dtype
+
+
+def get_parameter_dtype(parameter: torch.nn.Module) -> torch.dtype:
+    last = None
+    for t in [*parameter.parameters(), *parameter.buffers()]:
+        last = t.dtype
+        if t.is_floating_point():
+            return t.dtype
+    if last is None:
+        raise ValueError(f"{type(parameter).__name__} has no parameters or buffers to take a dtype from")
+    return last
+
+
+def dtype_byte_size(dtype: torch.dtype) -> float:
+    if dtype == torch.bool:
+        return 1 / 8
+    info = torch.finfo(dtype) if dtype.is_floating_point else torch.iinfo(dtype)
+    return info.bits / 8
+
+
+class AdamW(torch.optim.AdamW):
+    """4.30's ``transformers.AdamW`` call form on ``torch.optim.AdamW``: 4.30's defaults
+    (``eps=1e-6``, ``weight_decay=0.0``); ``correct_bias=False`` has no torch equivalent."""
+
+    def __init__(self, params: Any, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-6, weight_decay: float = 0.0, correct_bias: bool = True,
+                 no_deprecation_warning: bool = False) -> None:
+        if not correct_bias:
+            raise ValueError(
+                "transformers.AdamW(correct_bias=False): torch.optim.AdamW always corrects the bias and "
+                "Transformers 5.x has no AdamW of its own; use torch.optim.AdamW (bias-corrected) or an "
+                "optimizer of your own for the uncorrected update"
+            )
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+
+
+# ---------------------------------------------------------------------- tokenizer methods
+@contextlib.contextmanager
+def as_target_tokenizer(self: Any) -> Iterator[None]:
+    """Encode with the tokenizer's target settings inside the block (what ``text_target=`` does)."""
+    switch = getattr(self, "_switch_to_target_mode", None)
+    if switch is not None:
+        switch()
+    self._in_target_context_manager = True
+    try:
+        yield
+    finally:
+        self._in_target_context_manager = False
+        back = getattr(self, "_switch_to_input_mode", None)
+        if back is not None:
+            back()
+
+
+def prepare_seq2seq_batch(self: Any, src_texts: Any, tgt_texts: Any = None, max_length: int | None = None,
+                          max_target_length: int | None = None, padding: str = "longest",
+                          return_tensors: str | None = None, truncation: bool = True, **kwargs: Any) -> Any:
+    """The inputs of ``src_texts`` and, with ``tgt_texts``, their ``labels`` (the targets' ids)."""
+    common = dict(add_special_tokens=True, return_tensors=return_tensors, padding=padding,
+                  truncation=truncation, **kwargs)
+    inputs = self(src_texts, max_length=max_length, **common)
+    if tgt_texts is None:
+        return inputs
+    labels = self(text_target=tgt_texts, max_length=max_target_length if max_target_length is not None
+                  else max_length, **common)
+    inputs["labels"] = labels["input_ids"]
+    return inputs
+
+
+def encode_plus(self: Any, text: Any, text_pair: Any = None, **kwargs: Any) -> Any:
+    return self(text, text_pair, **kwargs)
+
+
+def batch_encode_plus(self: Any, batch_text_or_text_pairs: Any, **kwargs: Any) -> Any:
+    batch = list(batch_text_or_text_pairs)
+    if batch and all(isinstance(x, (tuple, list)) and len(x) == 2 and isinstance(x[0], str) for x in batch):
+        return self([a for a, _ in batch], [b for _, b in batch], **kwargs)
+    return self(batch, **kwargs)
+
+
+def sanitize_special_tokens(self: Any) -> int:
+    return 0

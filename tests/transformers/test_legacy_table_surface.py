@@ -1,0 +1,128 @@
+"""The rest of the 4.30 surface in the legacy table (``SURFACE``): consistent with the installed
+release, and served under the shim (the names the 4.x scripts and Trainer subclasses import)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from shardcompat.transformers._legacy_imports import resolve
+from shardcompat.transformers.legacy_table import SURFACE, Home, Served
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_patterns_are_unique() -> None:
+    keys = [(r.pattern, r.origin, r.backend, r.gone_model) for r in SURFACE]
+    assert len(keys) == len(set(keys))
+
+
+@pytest.mark.parametrize("row", [r for r in SURFACE if r.target and "*" not in r.pattern],
+                         ids=lambda r: r.pattern)
+def test_every_served_target_resolves_on_the_installed_release(row) -> None:  # type: ignore[no-untyped-def]
+    assert row.served is not Served.REFUSED
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        resolve(row.target)
+
+
+def test_served_rows_say_who_serves_them_and_refused_rows_name_a_replacement() -> None:
+    for r in SURFACE:
+        assert r.replacement and r.reason, r.pattern
+        if r.served is Served.REFUSED:
+            assert r.home is Home.NONE, r.pattern
+        elif r.home in (Home.IMPORT, Home.CLASS):
+            assert r.target or r.alias, r.pattern
+
+
+_SCRIPT = r"""
+import warnings
+warnings.simplefilter("error", FutureWarning)
+import transformers
+from shardcompat.transformers._dropin import install, uninstall
+done = install()
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    from transformers.utils import is_offline_mode, get_full_repo_name
+    from transformers.trainer import ShardedDDPOption, ALL_LAYERNORM_LAYERS, is_fairscale_available
+    from transformers.trainer_utils import ShardedDDPOption as FromUtils
+    from transformers.training_args import ShardedDDPOption as FromArgs
+    from transformers.deepspeed import is_deepspeed_zero3_enabled, HfDeepSpeedConfig
+    from transformers import AdamW, BertTokenizerFast
+    from transformers.file_utils import is_offline_mode as from_file_utils
+import huggingface_hub, torch
+from transformers.integrations.deepspeed import HfDeepSpeedConfig as Today
+from transformers.pytorch_utils import ALL_LAYERNORM_LAYERS as layernorms
+assert ShardedDDPOption is FromUtils is FromArgs and ShardedDDPOption("zero_dp_2").value == "zero_dp_2"
+assert ALL_LAYERNORM_LAYERS is layernorms and HfDeepSpeedConfig is Today
+assert is_offline_mode is huggingface_hub.is_offline_mode is from_file_utils
+assert is_deepspeed_zero3_enabled() is False
+assert is_fairscale_available() == (__import__("importlib").util.find_spec("fairscale") is not None)
+assert BertTokenizerFast is transformers.BertTokenizer
+assert get_full_repo_name("m", organization="org") == "org/m"
+p = torch.nn.Parameter(torch.ones(2))
+opt = AdamW([p], lr=0.1)
+assert isinstance(opt, torch.optim.AdamW) and opt.defaults["eps"] == 1e-6 and opt.defaults["weight_decay"] == 0.0
+try:
+    AdamW([p], correct_bias=False)
+    raise SystemExit("correct_bias=False served")
+except ValueError as e:
+    assert "torch.optim.AdamW" in str(e)
+assert all(issubclass(w.category, FutureWarning) for w in seen) and len(seen) >= 10, [str(w.message) for w in seen]
+assert all("docs/transformers-legacy.md" in str(w.message) for w in seen)
+try:
+    from transformers.trainer import smp_gather
+    raise SystemExit("refused name imported")
+except ImportError as e:
+    assert "SageMaker" in str(e) and "docs/transformers-legacy.md" in str(e), e
+uninstall(done)
+import sys
+assert "transformers.deepspeed" not in sys.modules and not hasattr(transformers, "AdamW")
+try:
+    from transformers.trainer import ShardedDDPOption
+    raise SystemExit("still served after uninstall")
+except ImportError:
+    pass
+print("OK")
+"""
+
+
+@pytest.mark.timeout(120)
+def test_the_names_4x_trainer_code_imports_are_served_under_the_shim_and_gone_after() -> None:
+    """A fresh process: the import forms of issue 30's list, each served with today's object."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, env=env, timeout=110)
+    assert out.returncode == 0 and out.stdout.strip().endswith("OK"), out.stderr[-3000:]
+
+
+@pytest.mark.timeout(120)
+def test_tokenizer_target_mode_is_served_as_text_target() -> None:
+    code = r"""
+import tempfile, warnings
+warnings.simplefilter("ignore")
+import transformers
+from shardcompat.transformers._dropin import install
+install()
+d = tempfile.mkdtemp()
+open(d + "/vocab.txt", "w").write("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c"]))
+tok = transformers.BertTokenizer(d + "/vocab.txt")
+with tok.as_target_tokenizer():
+    old = tok(["a b", "c"], max_length=8, truncation=True)
+new = tok(text_target=["a b", "c"], max_length=8, truncation=True)
+assert old["input_ids"] == new["input_ids"]
+batch = tok.prepare_seq2seq_batch(["a b c"], ["c"], max_length=8)
+assert batch["labels"] == tok(text_target=["c"], max_length=8, truncation=True, padding="longest")["input_ids"]
+assert tok.encode_plus("a", "b")["input_ids"] == tok("a", "b")["input_ids"]
+assert tok.batch_encode_plus([("a", "b")])["input_ids"] == tok(["a"], ["b"])["input_ids"]
+print("OK")
+"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=110)
+    assert out.returncode == 0 and out.stdout.strip().endswith("OK"), out.stderr[-3000:]

@@ -1,0 +1,23 @@
+"""Every public name of 4.30.2 that the installed release lacks has a row (needs the 4.30.2
+wheel: ``nox -s legacy_survey`` downloads it and sets SHARDCOMPAT_LEGACY_WHEEL)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from shardcompat.transformers.legacy_survey import Wheel, coverage, installed_surface
+
+WHEEL = os.environ.get("SHARDCOMPAT_LEGACY_WHEEL", "")
+
+
+@pytest.mark.skipif(not os.path.isfile(WHEEL), reason="no 4.30.2 wheel (SHARDCOMPAT_LEGACY_WHEEL); "
+                    "nox -s legacy_survey downloads it")
+def test_no_removed_name_of_4_30_is_unlisted() -> None:
+    cov = coverage(Wheel(WHEEL), installed_surface())
+    assert cov.found, "the survey found nothing: it no longer reads the wheel"
+    assert not cov.unlisted, "removed names without a row in legacy_table:\n" + "\n".join(
+        n.spelling for n in cov.unlisted)
