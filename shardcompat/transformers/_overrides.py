@@ -402,8 +402,8 @@ def base_call(self: Any, method: str, args: tuple[Any, ...], kwargs: dict[str, A
     """A ``super().method(...)`` call as today's release takes it: unchanged in today's form; in
     the 4.x form, completed with what today's caller passed the override (warned once)."""
     c = by_method().get(method)
-    if c is None or c.today is None:
-        return args, kwargs
+    if c is None or c.today is None or not _base_takes_today(type(self), method):
+        return args, kwargs  # a release that still has the 4.x form takes its own calls as they are
     try:
         given, legacy_call = _bind(c, args, kwargs)
     except TypeError:
@@ -424,6 +424,14 @@ def base_call(self: Any, method: str, args: tuple[Any, ...], kwargs: dict[str, A
         if p.name not in given and p.kind is not p.VAR_KEYWORD:
             given[p.name] = (pending or {}).get(p.name, None if p.default is inspect.Parameter.empty else p.default)
     return (), given
+
+
+@functools.cache
+def _base_takes_today(cls: type, method: str) -> bool:
+    """Whether the installed release's class under ``cls`` (the first from ``transformers``) has
+    today's form of ``method``."""
+    release = next((k for k in cls.__mro__ if k.__module__.startswith("transformers.")), None)
+    return release is not None and _release_accepts_today(by_method()[method], release)
 
 
 # A 4.x compute_loss's own loss is a per-batch mean: its super() call gets no num_items_in_batch.

@@ -104,7 +104,7 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
             if hide is not None:
                 hide.sharded_ddp = field
         check_one_group(self.args)
-        if self._sharding or _LEGACY_ATTRIBUTES["sharded_ddp"]:
+        if _LEGACY_ATTRIBUTES["sharded_ddp"]:  # a release with the field keeps its own (None: it must not shard)
             self.sharded_ddp = trainer_value(self._sharding) if self._sharding else None  # as 4.30 set it
         if self._sharding:
             self._sharding = self._with_precision(self._sharding)

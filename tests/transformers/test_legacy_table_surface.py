@@ -3,6 +3,7 @@ release, and served under the shim (the names the 4.x scripts and Trainer subcla
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -11,12 +12,18 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("transformers")
+transformers = pytest.importorskip("transformers")
 
-from shardcompat.transformers._legacy_imports import resolve
-from shardcompat.transformers.legacy_table import SURFACE, Home, Served
+from shardcompat.transformers._legacy_imports import resolve  # noqa: E402
+from shardcompat.transformers.legacy_table import SURFACE, Home, Served  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
+# A release that still has the 4.30 API serves these names itself and the layer stays out of the
+# way (test_legacy_inert.py): the rows' targets are today's homes, which it may predate.
+on_a_4x_release = pytest.mark.skipif(
+    "evaluation_strategy" in {f.name for f in dataclasses.fields(transformers.TrainingArguments)},
+    reason="this Transformers has the 4.30 API itself (test_legacy_inert.py checks the layer leaves it alone)",
+)
 
 
 def test_patterns_are_unique() -> None:
@@ -24,6 +31,7 @@ def test_patterns_are_unique() -> None:
     assert len(keys) == len(set(keys))
 
 
+@on_a_4x_release
 @pytest.mark.parametrize("row", [r for r in SURFACE if r.target and "*" not in r.pattern],
                          ids=lambda r: r.pattern)
 def test_every_served_target_resolves_on_the_installed_release(row) -> None:  # type: ignore[no-untyped-def]
@@ -94,6 +102,7 @@ print("OK")
 """
 
 
+@on_a_4x_release
 @pytest.mark.timeout(120)
 def test_the_names_4x_trainer_code_imports_are_served_under_the_shim_and_gone_after() -> None:
     """A fresh process: the import forms of issue 30's list, each served with today's object."""
