@@ -12,16 +12,18 @@ NumPy).  In-memory only; checkpoints keep their own serialisable form (``checkpo
 from __future__ import annotations
 
 import contextlib
+import functools
 import random
 import sys
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import torch
 
-__all__ = ["State", "capture", "restore", "unchanged"]
+__all__ = ["State", "capture", "read_only", "restore", "unchanged"]
 
 State = dict[str, Any]
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def capture() -> State:
@@ -52,3 +54,15 @@ def unchanged() -> Iterator[None]:
         yield
     finally:
         restore(state)
+
+
+def read_only(function: _F) -> _F:
+    """``function`` run under :func:`unchanged`: for probes and planners, which any caller (a
+    user's own code included) may run in the middle of training."""
+
+    @functools.wraps(function)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        with unchanged():
+            return function(*args, **kwargs)
+
+    return guarded  # type: ignore[return-value]

@@ -11,6 +11,7 @@ import importlib
 import importlib.metadata
 from collections.abc import Sequence
 
+from .. import _rng
 from ..options import BACKEND_NAMES, ShardingOptions
 from ._base import (
     FAIRSCALE_MISSING,
@@ -122,6 +123,7 @@ def refuse_uninstalled(options: ShardingOptions, backend: str = "auto") -> None:
 
 
 @functools.cache
+@_rng.read_only  # a probe may build a tiny module: it must not draw from the run's streams
 def _probe(name: str) -> Probe:
     return get(name).probe()
 
@@ -130,6 +132,7 @@ def probe_all() -> list[Probe]:
     return [_probe(name) for name in _AUTO_ORDER]
 
 
+@_rng.read_only
 def assess(name: str, options: ShardingOptions, placement: Placement) -> Plan | str:
     """Backend ``name``'s plan for ``options`` here, or the one-sentence reason it has none.
 

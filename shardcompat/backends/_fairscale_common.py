@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from .. import _rng
 from ..options import Precision, ShardingOptions
 from ._base import FAIRSCALE_MISSING, Probe
 from ._fairscale_waits import wait_for_every_collective
@@ -78,6 +79,7 @@ def _import_failure(version: str, module: str, error: BaseException) -> str:
     return f"fairscale {version} failed to import {module} ({text})"
 
 
+@_rng.read_only  # features(mods) may build a tiny wrapper to see how this release behaves
 def probe_fairscale(
     backend: str, modules: Sequence[str], features: Callable[[dict[str, Any]], dict[str, bool]]
 ) -> Probe:
