@@ -70,8 +70,27 @@ HF_OPTIONS = [
     ("zero_dp_3 auto_wrap", "torch-fsdp1"),
     ("simple", "fairscale-sdp"),
     ("zero_dp_3 auto_wrap", "fairscale-fsdp"),
+    # the two other rules: classes named by the user, and size (small enough to make every
+    # embedding and head a candidate unit of its own)
+    ("zero_dp_3 wrap={units}", "torch-fsdp2"),
+    ("zero_dp_3 wrap={units}", "torch-fsdp1"),
+    ("zero_dp_3 wrap={units}", "fairscale-fsdp"),
+    ("zero_dp_3 min_num_params=1000", "torch-fsdp2"),
+    ("zero_dp_2 min_num_params=1000", "torch-fsdp1"),
+    ("zero_dp_3 min_num_params=1000", "fairscale-fsdp"),
 ]
 HF_MODELS = ["bert-mlm", "roberta-mlm", "gpt2", "t5", "bart", "bert-mlm-untied"]
+# wrap= for each model: its blocks and the modules that hold one end of a tied pair each (the
+# embeddings and the masked-LM head; GPT-2's trunk without its head; T5's and BART's stacks,
+# whose token embedding is the shared one)
+UNITS = {
+    "bert-mlm": "BertEmbeddings,BertLayer,BertLMPredictionHead",
+    "bert-mlm-untied": "BertEmbeddings,BertLayer,BertLMPredictionHead",
+    "roberta-mlm": "RobertaEmbeddings,RobertaLayer,RobertaLMHead",
+    "gpt2": "GPT2Model,GPT2Block",
+    "t5": "T5Stack,T5Block",
+    "bart": "BartEncoder,BartDecoder,BartEncoderLayer,BartDecoderLayer",
+}
 
 
 def hf_model(name: str) -> torch.nn.Module:
@@ -138,7 +157,8 @@ def _train_hf(case: HfCase, rank: int) -> HfResult:
         opt = optimizer(runner.parameters())
         step, zero, module = opt.step, opt.zero_grad, model
     else:
-        prepared = shardcompat.prepare(model, optimizer, case.options, backend=case.backend)
+        prepared = shardcompat.prepare(model, optimizer, case.options.format(units=UNITS[case.model]),
+                                       backend=case.backend)
         runner, step, zero, module = prepared, prepared.step, prepared.zero_grad, prepared.module
     torch.manual_seed(100 + rank)  # the dropout stream: each rank its own, the same on both sides
     losses = []
