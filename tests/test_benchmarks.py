@@ -125,3 +125,18 @@ def test_overhead_quick_prints_every_backend_and_every_method() -> None:
         cells = line.split()[-(len(overhead.METHODS) + 2):]
         assert all(re.fullmatch(r"[+-]\d+\.\d+(/\d+)?|n/a|\d+\.\d+%", cell) for cell in cells), line
     assert len([line for line in text.splitlines() if line.startswith("not measured: ")]) == len(skipped)
+
+
+# ----------------------------------------------------------------------------- first_step
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_first_step_times_both_launchers_and_prints_their_ratios() -> None:
+    pytest.importorskip("transformers")
+    from benchmarks import first_step
+
+    code, text = _run(first_step.main, "--quick")
+    assert code == 0
+    row = re.search(r"^simple\s+(\d+) ms\s+(\d+) ms\s+([\d.]+)x\s+(\d+) ms\s+(\d+) ms\s+([\d.]+)x$", text, re.MULTILINE)
+    assert row, text
+    first_run, first_ref = int(row.group(1)), int(row.group(2))
+    assert first_run > 0 and first_ref > 0 and float(row.group(3)) == pytest.approx(first_run / first_ref, rel=0.05)
