@@ -28,12 +28,15 @@ nox.options.reuse_existing_virtualenvs = True
 DEFAULT_TORCH = "2.13.0"  # a CPU build lies on the CI machines' disk
 TORCH_VERSIONS = ["2.13.0", "2.14.1"]
 FAIRSCALE_VERSIONS = ["0.1.7", "0.3.0", "0.3.9", "0.4.0", "0.4.13"]
-# What changes when fairscale is installed: its backends, the facade, checkpoints across backends.
+# What changes when fairscale is installed: its backends, the facade, checkpoints across backends,
+# and what its probes could do to the random streams of the training they watch (the Trainer's
+# whole grid runs with fairscale too: transformers(current-fairscale)).
 FAIRSCALE_TESTS = [
     "tests/backends/test_fairscale_sdp.py",
     "tests/backends/test_fairscale_fsdp.py",
     "tests/backends/test_fairscale_mixed_precision.py",
     "tests/fairscale",
+    "tests/backends/test_observing.py",  # each release's probes leave the random streams (issue 38)
     "tests/test_checkpoint.py",
     "tests/test_cli.py",
     "tests/test_failures.py",
@@ -43,7 +46,10 @@ FAIRSCALE_TESTS = [
 # The Hugging Face Trainer integration: the current release, and 4.34.1, the last with
 # sharded_ddp (it passes dispatch_batches= to Accelerator, which accelerate 1.0 removed).
 # 4.34.1 pins huggingface_hub below 1.0: the datasets of its time (2.14.7, with pandas 2) import there.
-TRANSFORMERS_RELEASES = {"current": (), "4.34.1": ("transformers==4.34.1", "accelerate==0.27.2", "datasets==2.14.7", "pandas<3")}
+# "current-fairscale" is the current release with fairscale installed beside it: the Trainer's parity
+# tests there prove that fairscale's probes and the facade change nothing a run draws (issue 38).
+TRANSFORMERS_RELEASES = {"current": (), "current-fairscale": (),
+                         "4.34.1": ("transformers==4.34.1", "accelerate==0.27.2", "datasets==2.14.7", "pandas<3")}
 
 
 def _install(session: nox.Session, torch: str = DEFAULT_TORCH, fairscale: str | None = None) -> None:
@@ -111,7 +117,8 @@ def multinode(session: nox.Session) -> None:
     _install(session)
     session.run("python", "-m", "pytest", "-m", "multinode", *(session.posargs or [
         "tests/multinode", "tests/test_resume.py", "tests/reliability/test_restarts.py",
-        "tests/reliability/test_kill_on_appearance.py", "-q"]))
+        "tests/reliability/test_kill_on_appearance.py", "tests/reliability/test_trainer_kill_on_appearance.py",
+        "-q"]))
 
 
 @nox.session
@@ -123,7 +130,7 @@ def transformers(session: nox.Session, transformers: str) -> None:
     4.30 API itself (tests/transformers/test_legacy_inert.py, and test_legacy_scripts.py with the
     unported script as its own reference).
     """
-    _install(session)
+    _install(session, fairscale=FAIRSCALE_VERSIONS[-1] if transformers.endswith("fairscale") else None)
     if TRANSFORMERS_RELEASES[transformers]:
         session.install(*TRANSFORMERS_RELEASES[transformers])
     session.env["SHARDCOMPAT_TRANSFORMERS_GRID"] = "full"
