@@ -402,7 +402,7 @@ def base_call(self: Any, method: str, args: tuple[Any, ...], kwargs: dict[str, A
     """A ``super().method(...)`` call as today's release takes it: unchanged in today's form; in
     the 4.x form, completed with what today's caller passed the override (warned once)."""
     c = by_method().get(method)
-    if c is None or c.today is None or not _base_takes_today(type(self), method):
+    if c is None or c.today is None or not _base_takes_today(self.__class__, method):
         return args, kwargs  # a release that still has the 4.x form takes its own calls as they are
     try:
         given, legacy_call = _bind(c, args, kwargs)
