@@ -18,8 +18,6 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-import torch
-
 __all__ = ["State", "capture", "read_only", "restore", "unchanged"]
 
 State = dict[str, Any]
@@ -28,6 +26,8 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 def capture() -> State:
     """This process's random states, as :func:`restore` takes them."""
+    import torch  # here, not above: the backend registry imports this module before torch is needed
+
     state: State = {"torch": torch.get_rng_state(), "python": random.getstate()}
     if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
         state["cuda"] = torch.cuda.get_rng_state_all()
@@ -38,6 +38,8 @@ def capture() -> State:
 
 
 def restore(state: State) -> None:
+    import torch
+
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
     if "cuda" in state:
