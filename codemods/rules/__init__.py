@@ -39,7 +39,10 @@ def python_rules(settings: Settings) -> list[type[Rule]]:
 
         rules.append(FairscaleImports)
     if settings.transformers_legacy:
+        from .transformers_legacy.homes import TodaysHomes
+        from .transformers_legacy.overrides import TrainerOverrides
         from .transformers_legacy.python import TransformersLegacy
+        from .transformers_legacy.targets import TargetTokenizer
 
-        rules.append(TransformersLegacy)
+        rules += [TodaysHomes, TransformersLegacy, TargetTokenizer, TrainerOverrides]
     return rules

@@ -36,9 +36,9 @@ def needles(settings: Settings) -> tuple[bytes, ...]:
     if settings.fairscale_imports:
         found.append(b"fairscale")
     if settings.transformers_legacy:
-        from ..rules.transformers_legacy.plans import NAMES
+        from ..rules.transformers_legacy.plans import NEEDLES
 
-        found += [name.encode() for name in NAMES]
+        found += [name.encode() for name in NEEDLES]
     return tuple(found)
 
 
@@ -46,9 +46,9 @@ def legacy_names_in(text: str, settings: Settings) -> bool:
     """Whether ``text`` (a code block, a notebook cell) holds a Transformers-legacy name the run asks for."""
     if not settings.transformers_legacy:
         return False
-    from ..rules.transformers_legacy.plans import NAMES
+    from ..rules.transformers_legacy.plans import NEEDLES
 
-    return any(name in text for name in NAMES)
+    return any(name in text for name in NEEDLES)
 
 
 def fsdp_form_for(transformers: str | None) -> FsdpForm:

@@ -25,12 +25,16 @@ from typing import Any, Literal
 
 from shardcompat.transformers.legacy_table import ROWS, Kind, LegacyName, Served
 
-__all__ = ["NAMES", "NOT_LITERAL", "Plan", "has_rule", "plan_field", "plan_name", "rows_named"]
+__all__ = ["NAMES", "NEEDLES", "NOT_LITERAL", "Plan", "has_rule", "plan_field", "plan_name", "rows_named"]
 
 #: Stands for a value that is not a literal (a variable, a call, an expression).
 NOT_LITERAL: Any = object()
 #: Every legacy name of the table (the prefilter's needles).
 NAMES: tuple[str, ...] = tuple(dict.fromkeys(r.name for r in ROWS))
+#: What else the rule acts on: Trainer subclasses and calls (:mod:`.overrides`), imports from
+#: Transformers modules (:mod:`.homes`), the tokenizer's target mode (:mod:`.targets`).
+NEEDLES: tuple[str, ...] = (*NAMES, "Trainer", "transformers.", "AdamW", "ShardedDDPOption", "as_target_tokenizer",
+                             "prepare_seq2seq_batch")
 
 Action = Literal["rename", "set", "drop", "report"]
 

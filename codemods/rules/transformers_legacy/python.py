@@ -39,7 +39,8 @@ UNMIGRATED = "transformers-legacy-unmigrated"
 _MODULES = {"transformers": (Kind.TOP_LEVEL,), "transformers.utils": (Kind.UTILS,)}
 #: ``tokenizer`` is everywhere in Transformers code (``tokenizer = AutoTokenizer...``); only
 #: the keyword form inside a call counts.
-_NEEDLE = re.compile(r"\b(?:" + "|".join(sorted(set(NAMES) - {"tokenizer"})) + r")\b|[(,]\s*tokenizer\s*=(?!=)")
+_NEEDLE = re.compile(r"\b(?:" + "|".join(sorted(set(NAMES) - {"tokenizer"})) + r")\b|[(,]\s*tokenizer\s*=(?!=)"
+                     r"|Trainer\b|\btransformers\.\w|\b(?:AdamW|ShardedDDPOption|as_target_tokenizer|prepare_seq2seq_batch)\b")
 
 Body = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
 
