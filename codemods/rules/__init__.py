@@ -39,10 +39,7 @@ def python_rules(settings: Settings) -> list[type[Rule]]:
 
         rules.append(FairscaleImports)
     if settings.transformers_legacy:
-        from .transformers_legacy.homes import TodaysHomes
-        from .transformers_legacy.overrides import TrainerOverrides
-        from .transformers_legacy.python import TransformersLegacy
-        from .transformers_legacy.targets import TargetTokenizer
+        from .transformers_legacy.commands import TransformersLegacyCommand
 
-        rules += [TodaysHomes, TransformersLegacy, TargetTokenizer, TrainerOverrides]
+        rules += TransformersLegacyCommand.RULES
     return rules

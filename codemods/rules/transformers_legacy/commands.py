@@ -1,9 +1,10 @@
-"""libcst codemod command for the Transformers-legacy table: the rule of
-:mod:`codemods.rules.transformers_legacy.python` for libcst's own runner::
+"""libcst codemod command for the Transformers-legacy table: the rules of
+:mod:`codemods.rules.transformers_legacy` (removed imports, legacy names, the tokenizer's target
+mode, Trainer overrides) for libcst's own runner::
 
     python -m libcst.tool codemod transformers_legacy.commands.TransformersLegacyCommand --no-format src/
 
-``shardcompat-migrate --transformers-legacy`` runs the same rule without this module.
+``shardcompat-migrate --transformers-legacy`` runs the same rules without this module.
 """
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ from libcst.codemod import CodemodContext
 
 from ...run.context import Settings
 from ..command import RuleCommand
+from .homes import TodaysHomes
+from .overrides import TrainerOverrides
 from .python import TransformersLegacy
+from .targets import TargetTokenizer
 
 __all__ = ["TransformersLegacyCommand"]
 
@@ -23,7 +27,7 @@ class TransformersLegacyCommand(RuleCommand):
     """Transformers 4.x Trainer-script names to today's spelling."""
 
     DESCRIPTION = "Rewrite the Transformers 4.x names of shardcompat's legacy table to today's spelling."
-    RULES = (TransformersLegacy,)
+    RULES = (TodaysHomes, TransformersLegacy, TargetTokenizer, TrainerOverrides)
     LEGACY = False
 
     def __init__(self, context: CodemodContext, **kwargs: Any) -> None:

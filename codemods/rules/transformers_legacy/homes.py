@@ -197,11 +197,25 @@ class TodaysHomes(Rule):
         return line
 
     def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
-        if _dotted(original_node) != _DEEPSPEED or self.blocked(original_node):
+        dotted = _dotted(original_node)
+        if not dotted.startswith("transformers.") or self.blocked(original_node):
             return updated_node
-        new = cst.parse_expression(_TODAYS_DEEPSPEED)
-        self.record(original_node, new, RULE, "transformers.deepspeed moved to transformers.integrations")
-        return new
+        if dotted == _DEEPSPEED:
+            new = cst.parse_expression(_TODAYS_DEEPSPEED)
+            self.record(original_node, new, RULE, "transformers.deepspeed moved to transformers.integrations")
+            return new
+        module, _, name = dotted.rpartition(".")
+        row = row_for(module, name) if module == "transformers" else None
+        if row is None or name in _LEFT_TO_OVERRIDES:
+            return updated_node
+        home = _movable(row)
+        if home is not None and home[0] == "transformers":  # transformers.BertTokenizerFast -> .BertTokenizer
+            renamed = updated_node.with_changes(attr=cst.Name(home[1]))
+            self.record(original_node, renamed, RULE, row.reason)
+            return renamed
+        self.flag(original_node, UNMIGRATED, f"{dotted}: removed from Transformers; {row.reason}",
+                  hint=f"write {row.replacement}" if row.replacement else "remove it")
+        return updated_node
 
     def visit_ImportAlias(self, node: cst.ImportAlias) -> bool:
         return False  # the import statements are handled whole

@@ -23,17 +23,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from shardcompat.transformers.legacy_table import ROWS, Kind, LegacyName, Served
+from shardcompat.transformers.legacy_table import ROWS, SURFACE, Kind, LegacyName, Served
 
-__all__ = ["NAMES", "NEEDLES", "NOT_LITERAL", "Plan", "has_rule", "plan_field", "plan_name", "rows_named"]
+__all__ = ["NAMES", "NEEDLES", "NOT_LITERAL", "REMOVED_TOP_LEVEL", "Plan", "has_rule", "plan_field", "plan_name", "rows_named"]
 
 #: Stands for a value that is not a literal (a variable, a call, an expression).
 NOT_LITERAL: Any = object()
 #: Every legacy name of the table (the prefilter's needles).
 NAMES: tuple[str, ...] = tuple(dict.fromkeys(r.name for r in ROWS))
+#: The removed top-level names :mod:`.homes` moves or reports (``from transformers import ...``;
+#: a family row is a pattern, not a needle).
+REMOVED_TOP_LEVEL: tuple[str, ...] = tuple(r.pattern.split(".", 1)[1] for r in SURFACE
+                                           if not r.family and r.pattern.count(".") == 1
+                                           and r.pattern.startswith("transformers."))
 #: What else the rule acts on: Trainer subclasses and calls (:mod:`.overrides`), imports from
 #: Transformers modules (:mod:`.homes`), the tokenizer's target mode (:mod:`.targets`).
-NEEDLES: tuple[str, ...] = (*NAMES, "Trainer", "transformers.", "AdamW", "ShardedDDPOption", "as_target_tokenizer",
+NEEDLES: tuple[str, ...] = (*NAMES, *REMOVED_TOP_LEVEL, "Trainer", "transformers.", "AdamW", "ShardedDDPOption", "as_target_tokenizer",
                              "prepare_seq2seq_batch")
 
 Action = Literal["rename", "set", "drop", "report"]

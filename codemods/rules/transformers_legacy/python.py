@@ -30,7 +30,7 @@ from shardcompat.transformers.legacy_table import Kind, LegacyName
 
 from ..base import Rule
 from .ownfield import OWN_ROWS, OwnField, own_field
-from .plans import NAMES, NOT_LITERAL, Plan, plan_field, plan_name, rows_named
+from .plans import NAMES, NOT_LITERAL, REMOVED_TOP_LEVEL, Plan, plan_field, plan_name, rows_named
 
 __all__ = ["RULE", "UNMIGRATED", "TransformersLegacy", "needs_module"]
 
@@ -39,7 +39,8 @@ UNMIGRATED = "transformers-legacy-unmigrated"
 _MODULES = {"transformers": (Kind.TOP_LEVEL,), "transformers.utils": (Kind.UTILS,)}
 #: ``tokenizer`` is everywhere in Transformers code (``tokenizer = AutoTokenizer...``); only
 #: the keyword form inside a call counts.
-_NEEDLE = re.compile(r"\b(?:" + "|".join(sorted(set(NAMES) - {"tokenizer"})) + r")\b|[(,]\s*tokenizer\s*=(?!=)"
+_NEEDLE = re.compile(r"\b(?:" + "|".join(sorted((set(NAMES) | set(REMOVED_TOP_LEVEL)) - {"tokenizer"})) + r")\b"
+                     r"|[(,]\s*tokenizer\s*=(?!=)"
                      r"|Trainer\b|\btransformers\.\w|\b(?:AdamW|ShardedDDPOption|as_target_tokenizer|prepare_seq2seq_batch)\b")
 
 Body = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
