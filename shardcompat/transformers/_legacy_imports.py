@@ -108,7 +108,8 @@ def _warn(spelling: str, r: Removed, stacklevel: int = 3) -> None:
         how = f"it has no effect here ({r.reason}); drop it"
     else:
         how = f"shardcompat serves it as {r.replacement} ({r.reason}); write that"
-    warnings.warn(f"{spelling} is Transformers 4.x API (removed in {r.removed}); {how} "
+    removed = "after 4.30" if r.removed.startswith(">") else f"in {r.removed}"
+    warnings.warn(f"{spelling} is Transformers 4.x API (removed {removed}); {how} "
                   f"({MIGRATE_HINT}; every name: {DOCS}).", FutureWarning, stacklevel=stacklevel)
 
 

@@ -3,7 +3,8 @@ generated so it cannot drift (a test compares them)."""
 
 from __future__ import annotations
 
-from .legacy_table import ROWS, Kind, LegacyName, Served
+from ._overrides import PROTOCOL, signature_text
+from .legacy_table import COVERAGE, ROWS, SURFACE, Kind, LegacyName, Removed, Served
 
 __all__ = ["legacy_reference"]
 
@@ -31,10 +32,80 @@ def _spelling(r: LegacyName) -> str:
     return f"`{r.flag}`" if r.kind is Kind.FIELD else f"`{r.name}`"
 
 
+def _coverage() -> list[str]:
+    rows = COVERAGE["by_where"]
+    totals = [sum(c[i] for c in rows.values()) for i in range(4)]
+    out = [
+        "## Coverage",
+        "",
+        f"`python -m shardcompat.transformers.legacy_survey` read the public API of Transformers "
+        f"{COVERAGE['old']} from its wheel (the modules and classes below, their names, methods, "
+        f"attributes and keywords) and found **{totals[0]}** that Transformers {COVERAGE['installed']} "
+        f"lacks: **{totals[1]}** served, **{totals[2]}** refused with the replacement named, "
+        f"**{totals[3]}** unlisted (a test over the wheel fails on an unlisted one). Most refused names are "
+        "families of one row each: TensorFlow and Flax classes, per-model archive maps, models 5.x removed.",
+        "",
+        "| module or class | removed | served | refused | unlisted |",
+        "|---|---|---|---|---|",
+        *(f"| `{where}` | {c[0]} | {c[1]} | {c[2]} | {c[3]} |" for where, c in rows.items()),
+        f"| **total** | {totals[0]} | {totals[1]} | {totals[2]} | {totals[3]} |",
+    ]
+    return out
+
+
+def _protocol() -> list[str]:
+    out = [
+        "",
+        "## Trainer hooks",
+        "",
+        "Every overridable `Trainer`/`Seq2SeqTrainer` method whose parameters differ between 4.30.2 and "
+        "today's release, and the hooks checked unchanged. Under `shardcompat run` a 4.x override is "
+        "called in the form it declares and its `super()` call in the 4.x form is completed; "
+        "`shardcompat-migrate --transformers-legacy` writes today's form.",
+        "",
+        "| hook | 4.x | today | served | how |",
+        "|---|---|---|---|---|",
+    ]
+    for c in PROTOCOL:
+        old = f"`{_cell(signature_text(c.parameters('legacy')))}`" if c.legacy is not None else "—"
+        new = f"`{_cell(signature_text(c.parameters('today')))}`" if c.today is not None else "—"
+        out.append(f"| `{c.owner}.{c.method}` | {old} | {new} | {c.served} | {_cell(c.how)} |")
+    return out
+
+
+def _surface_row(r: Removed) -> str:
+    where = [f"defined in `{r.origin}`"] if r.origin else []
+    where += [f"needs `{r.backend}`"] if r.backend else []
+    where += ["a model 5.x removed"] if r.gone_model else []
+    narrowed = f" ({', '.join(where)})" if where else ""
+    return (f"| `{_cell(r.pattern)}`{narrowed} | {r.removed} | {r.served} | {r.home} | "
+            f"{_cell(r.replacement) or '—'} | {_cell(r.reason)}. |")
+
+
+def _surface() -> list[str]:
+    return [
+        "",
+        "## Every other removed name",
+        "",
+        "The rest of the 4.30.2 surface the survey found: one row a name, or with `*` a family (the first "
+        "row that matches covers a name). *Home* is what serves it: its 4.x import path put back "
+        "(resolving to today's object), a member added to today's class, the Trainer or arguments drop-in, "
+        "or nothing (refused). The migration moves an import whose row names a home in Transformers, "
+        "torch or the hub, and reports the others.",
+        "",
+        "| name | removed | served | home | replacement | why |",
+        "|---|---|---|---|---|---|",
+        *(_surface_row(r) for r in SURFACE),
+    ]
+
+
 def legacy_reference() -> str:
-    """Markdown: every row of :mod:`shardcompat.transformers.legacy_table`, grouped by where scripts used it."""
+    """Markdown: the survey's coverage, every row of :mod:`shardcompat.transformers.legacy_table`
+    grouped by where scripts used it, the rest of the 4.30 surface, and the Trainer hook protocol."""
     out = [
         "# Transformers 4.x names and how they are served",
+        "",
+        *_coverage(),
         "",
         "Generated from `shardcompat.transformers.legacy_table` (the one table that `shardcompat run` "
         "serves and the docs show); do not edit by hand. *Removed* is the first release whose "
@@ -60,6 +131,7 @@ def legacy_reference() -> str:
                 f"| {_spelling(r)} | {r.deprecated or '—'} | {r.removed} | {r.served} | "
                 f"{_replacement(r)} | {_cell(r.reason)}.{_cell(refused)} |"
             )
+    out += _surface() + _protocol()
     return "\n".join(out) + "\n"
 
 

@@ -420,6 +420,19 @@ class Coverage:
         return {"found": len(self.found), "served": served, "refused": len(self.rows) - served,
                 "unlisted": len(self.unlisted)}
 
+    def by_where(self) -> dict[str, tuple[int, int, int, int]]:
+        """(found, served, refused, unlisted) for each module or class, as
+        :data:`.legacy_table.COVERAGE` records them for the docs page."""
+        from .legacy_table import Served
+
+        out: dict[str, list[int]] = {}
+        for n in self.found:
+            r = self.rows.get(n)
+            counts = out.setdefault(n.where, [0, 0, 0, 0])
+            counts[0] += 1
+            counts[3 if r is None else 2 if r.served is Served.REFUSED else 1] += 1
+        return {where: (c[0], c[1], c[2], c[3]) for where, c in sorted(out.items())}
+
 
 def coverage(wheel: Wheel, installed: dict[str, Any] | None = None) -> Coverage:
     """Every removed name of ``wheel`` with the table's row for it, and those no row covers."""
@@ -453,12 +466,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--unlisted", action="store_true", help="only the removed names no table row covers")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--refresh", action="store_true", help="survey the installed release again (no cache)")
+    parser.add_argument("--coverage", action="store_true",
+                        help="the counts per module and class, as legacy_table.COVERAGE records them")
     args = parser.parse_args(argv)
     if not Path(args.wheel).is_file():
         parser.error(f"{args.wheel}: no such wheel; get one with "
                      "`pip download transformers==4.30.2 --no-deps -d DIR`")
     wheel = Wheel(args.wheel)
     cov = coverage(wheel, installed_surface(refresh=args.refresh))
+    if args.coverage:
+        rows = "".join(f"\n        {where!r}: {counts!r}," for where, counts in cov.by_where().items())
+        print(f"COVERAGE = {{\n    'old': {cov.version!r},\n    'installed': {cov.installed!r},\n"
+              f"    'by_where': {{{rows}\n    }},\n}}")
+        return 0
     names = cov.unlisted if args.unlisted else cov.found
     if args.json:
         print(json.dumps({"old": cov.version, "installed": cov.installed, **cov.counts(),

@@ -758,10 +758,33 @@ MEMBERS: tuple[Removed, ...] = (
 SURFACE: tuple[Removed, ...] = (
     tuple(_moved(k, v) for k, v in MOVED.items()) + SERVED_NAMES + REFUSED_NAMES + MEMBERS
 )
-#: What the survey of 4.30.2 against the installed release found, as the docs page reports it
-#: (the test over the 4.30.2 wheel checks these against a fresh survey).
-COVERAGE: dict[str, Any] = {"old": "4.30.2", "installed": "5.25.0", "found": 0, "served": 0, "refused": 0,
-                            "unlisted": 0}
+#: What the survey of 4.30.2 against the installed release found, per module and class:
+#: (removed names found, served, refused, unlisted).  The docs page opens with it; the test over
+#: the 4.30.2 wheel checks it against a fresh survey of the same pair of releases.  Regenerate with
+#: ``python -m shardcompat.transformers.legacy_survey WHEEL --coverage``.
+COVERAGE: dict[str, Any] = {
+    "old": "4.30.2",
+    "installed": "5.25.0",
+    "by_where": {
+        "PreTrainedModel": (35, 6, 29, 0),
+        "PreTrainedTokenizerBase": (31, 20, 11, 0),
+        "Seq2SeqTrainer": (20, 9, 11, 0),
+        "Trainer": (20, 9, 11, 0),
+        "TrainingArguments": (63, 61, 2, 0),
+        "transformers": (1336, 92, 1244, 0),
+        "transformers.data.data_collator": (6, 2, 4, 0),
+        "transformers.deepspeed": (15, 15, 0, 0),
+        "transformers.file_utils": (29, 26, 3, 0),
+        "transformers.modeling_utils": (45, 26, 19, 0),
+        "transformers.optimization": (2, 2, 0, 0),
+        "transformers.pytorch_utils": (6, 3, 3, 0),
+        "transformers.trainer": (47, 39, 8, 0),
+        "transformers.trainer_pt_utils": (9, 3, 6, 0),
+        "transformers.trainer_utils": (6, 5, 1, 0),
+        "transformers.training_args": (8, 5, 3, 0),
+        "transformers.utils": (48, 37, 11, 0),
+    },
+}
 
 
 def _field_rows(name: Any) -> LegacyName | None:

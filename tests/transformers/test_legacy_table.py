@@ -26,3 +26,21 @@ def test_the_docs_page_shows_every_row_with_how_it_is_served() -> None:
 def test_refused_values_are_listed() -> None:
     page = legacy_reference()
     assert "Refused: `'apex'`." in page and "Refused: any value." in page
+
+
+def test_the_page_opens_with_the_coverage_and_shows_every_surface_row_and_hook() -> None:
+    from shardcompat.transformers._overrides import PROTOCOL
+    from shardcompat.transformers.legacy_table import COVERAGE, SURFACE
+
+    page = legacy_reference()
+    sections = [ln for ln in page.splitlines() if ln.startswith("## ")]
+    assert sections[0] == "## Coverage" and "## Every other removed name" in sections and "## Trainer hooks" in sections
+    counts = COVERAGE["by_where"].values()
+    assert all(c[3] == 0 for c in counts)  # unlisted: none
+    total = [sum(c[i] for c in counts) for i in range(4)]
+    assert total[0] == total[1] + total[2] and f"| **total** | {total[0]} | {total[1]} | {total[2]} | 0 |" in page
+    lines = page.splitlines()
+    for r in SURFACE:
+        assert any(ln.startswith(f"| `{r.pattern}`") and f"| {r.served} |" in ln for ln in lines), r
+    for c in PROTOCOL:
+        assert any(ln.startswith(f"| `{c.owner}.{c.method}` |") and f"| {c.served} |" in ln for ln in lines), c

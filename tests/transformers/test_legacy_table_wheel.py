@@ -21,3 +21,18 @@ def test_no_removed_name_of_4_30_is_unlisted() -> None:
     assert cov.found, "the survey found nothing: it no longer reads the wheel"
     assert not cov.unlisted, "removed names without a row in legacy_table:\n" + "\n".join(
         n.spelling for n in cov.unlisted)
+
+
+@pytest.mark.skipif(not os.path.isfile(WHEEL), reason="no 4.30.2 wheel (SHARDCOMPAT_LEGACY_WHEEL); "
+                    "nox -s legacy_survey downloads it")
+def test_the_coverage_the_docs_page_shows_is_a_fresh_surveys() -> None:
+    from shardcompat.transformers.legacy_table import COVERAGE
+
+    installed = installed_surface()
+    if str(installed["version"]) != COVERAGE["installed"]:
+        pytest.skip(f"COVERAGE is of {COVERAGE['old']} against {COVERAGE['installed']}, this is "
+                    f"{installed['version']}: regenerate it (legacy_survey WHEEL --coverage)")
+    cov = coverage(Wheel(WHEEL), installed)
+    assert cov.version == COVERAGE["old"]
+    assert cov.by_where() == COVERAGE["by_where"], "regenerate with: python -m " \
+        "shardcompat.transformers.legacy_survey WHEEL --coverage"
