@@ -22,6 +22,7 @@ from ._api import load
 TRUE, FALSE = True, False
 FRAMEWORK = "pt"
 SAVE_STATE_WARNING = ""
+DOCSTRING = ""  # a 4.x docstring template (BERT_INPUTS_DOCSTRING): documentation only
 TF2_WEIGHTS_NAME = "tf_model.h5"
 TF2_WEIGHTS_INDEX_NAME = "tf_model.h5.index.json"
 TF_WEIGHTS_NAME = "model.ckpt"

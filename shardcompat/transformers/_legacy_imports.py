@@ -42,7 +42,7 @@ DOCS = "docs/transformers-legacy.md"
 _ABSENT: Any = object()
 _warned: set[str] = set()
 #: 4.x modules the installed release no longer has, served as modules of forwarding names.
-GONE_MODULES = ("transformers.deepspeed",)
+GONE_MODULES = ("transformers.deepspeed", "transformers.generation_utils")
 
 
 class LegacyNameRefused(ImportError):
@@ -61,7 +61,7 @@ def _module_rows() -> dict[str, list[Removed]]:
             continue  # a class member, or a family the name alone cannot tell
         module = r.pattern.rsplit(".", 1)[0]
         if "*" in module:
-            for m in _MODULES_SURVEYED:
+            for m in _SURVEYED:
                 if fnmatch.fnmatchcase(m, module):
                     out.setdefault(m, []).append(r)
         else:
@@ -69,10 +69,16 @@ def _module_rows() -> dict[str, list[Removed]]:
     return out
 
 
-_MODULES_SURVEYED = ("transformers", "transformers.utils", "transformers.file_utils", "transformers.trainer",
-                     "transformers.trainer_utils", "transformers.trainer_pt_utils", "transformers.training_args",
-                     "transformers.deepspeed", "transformers.optimization", "transformers.modeling_utils",
-                     "transformers.pytorch_utils", "transformers.data.data_collator")
+_SURVEYED = ("transformers", "transformers.utils", "transformers.file_utils", "transformers.trainer",
+             "transformers.trainer_utils", "transformers.trainer_pt_utils", "transformers.training_args",
+             "transformers.deepspeed", "transformers.optimization", "transformers.modeling_utils",
+             "transformers.pytorch_utils", "transformers.data.data_collator")
+#: Every module hooked: the surveyed ones, and those of the served rows beyond them
+#: (``transformers.models.gpt2.tokenization_gpt2.bytes_to_unicode``, ``transformers.generation_utils``).
+_MODULES_SURVEYED = tuple(dict.fromkeys(_SURVEYED + tuple(
+    r.pattern.rsplit(".", 1)[0] for r in SURFACE
+    if r.pattern.startswith("transformers.") and r.served is not Served.REFUSED and "*" not in r.pattern)))
+_HOOKED = frozenset(_MODULES_SURVEYED)
 
 
 @functools.cache
@@ -220,7 +226,7 @@ class _Finder(importlib.abc.MetaPathFinder):
         self._busy: set[str] = set()
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in _MODULES_SURVEYED or fullname in self._busy:
+        if fullname not in _HOOKED or fullname in self._busy:
             return None
         self._busy.add(fullname)
         try:

@@ -43,7 +43,11 @@ def _coverage() -> list[str]:
         f"attributes and keywords) and found **{totals[0]}** that Transformers {COVERAGE['installed']} "
         f"lacks: **{totals[1]}** served, **{totals[2]}** refused with the replacement named, "
         f"**{totals[3]}** unlisted (a test over the wheel fails on an unlisted one). Most refused names are "
-        "families of one row each: TensorFlow and Flax classes, per-model archive maps, models 5.x removed.",
+        "families of one row each: TensorFlow and Flax classes, per-model archive maps, models 5.x removed. "
+        "Beyond the survey's modules, `python -m shardcompat.transformers.legacy_usage PATH` lists the removed "
+        "names a tree of scripts uses, by how many files use each, with its row here (it exits 1 on an "
+        "unlisted one); the rows its scan of the 4.21-4.27 example scripts and of copied 4.27 Trainers "
+        "added are in the last part of the table below.",
         "",
         "| module or class | removed | served | refused | unlisted |",
         "|---|---|---|---|---|",

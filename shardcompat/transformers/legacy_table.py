@@ -26,7 +26,7 @@ import dataclasses
 import enum
 from typing import Any, Optional
 
-__all__ = ["FIELDS", "NOT_GIVEN", "ROWS", "Kind", "LegacyName", "Served", "by_kind", "row"]
+__all__ = ["FIELDS", "NOT_GIVEN", "ROWS", "Kind", "LegacyName", "Served", "by_kind", "precise_family", "row"]
 
 
 class Kind(str, enum.Enum):
@@ -511,6 +511,39 @@ SERVED_NAMES += tuple(
     for n in ("TRANSFORMERS_CACHE", "PYTORCH_TRANSFORMERS_CACHE", "PYTORCH_PRETRAINED_BERT_CACHE",
               "is_keras_nlp_available", "is_tensorflow_text_available", "is_decord_available"))
 
+#: What code of the era uses beyond the 4.30 survey: names of modules it does not read, and names
+#: gone before 4.30, found by ``python -m shardcompat.transformers.legacy_usage`` over the example
+#: scripts of 4.21-4.27 (``examples/pytorch``, ``examples/research_projects`` at each release
+#: commit) and over projects that copied the 4.27 Trainer.
+EXAMPLES: tuple[Removed, ...] = (
+    _moved("transformers.integrations.default_hp_search_backend", "transformers.hyperparameter_search"),
+    _served("transformers.integrations.is_fairscale_available", "importlib.util.find_spec('fairscale') is not None",
+            "the same question: is fairscale importable (under shardcompat run the facade answers for it)",
+            f"{_LF}:is_fairscale_available"),
+    _served("transformers.integrations.is_sigopt_available", "False", "5.x dropped SigOpt support", _FALSE),
+    _refused("transformers.integrations.run_hp_search_sigopt", "hyperparameter_search(backend='optuna')",
+             "5.x dropped SigOpt support"),
+    _served("transformers.trainer_pt_utils._get_learning_rate", "self._get_learning_rate()",
+            "4.x's helper is today's Trainer method, called on the trainer as before",
+            "transformers.trainer:Trainer._get_learning_rate", served=R),
+    _moved("transformers.models.gpt2.tokenization_gpt2.bytes_to_unicode", "transformers.convert_slow_tokenizer"),
+    _moved("transformers.generation_utils.GenerationMixin", "transformers.generation"),
+    *(_served(f"transformers.models.{m}.modeling_{m}.{m.upper()}_{kind}_DOCSTRING", '""',
+              "a docstring template for add_start_docstrings; it documented the class and nothing reads it",
+              f"{_LF}:DOCSTRING") for m in ("bert", "albert", "roberta") for kind in ("INPUTS", "START")),
+    _refused("transformers.file_utils.cached_path", "transformers.utils.cached_file(path_or_repo_id, filename) "
+             "or huggingface_hub.hf_hub_download", "it fetched a URL or hub file into the cache; 4.22 removed it",
+             removed="4.22"),
+    _refused("transformers.data.metrics.*", "the evaluate library's metrics (squad, glue), or the example's own "
+             "post-processing (utils_qa.py)", "the SQuAD and GLUE metric helpers left with 5.0", removed="5.0"),
+    _refused("transformers.data.processors.*", "the datasets library (load_dataset) and the example's own "
+             "preprocessing", "the GLUE, SQuAD and XNLI processors left with 5.0", removed="5.0"),
+    _refused("transformers.modeling_flax_utils.*", "the PyTorch classes", _NO_TF, removed="5.0"),
+    _refused("transformers.models.*.modeling_flax_*.*", "the PyTorch classes", _NO_TF, removed="5.0"),
+    _refused("transformers.models.*.modeling_*.load_tf_weights_in_*", "convert the TensorFlow checkpoint with "
+             "Transformers 4.x, then load it", _NO_TF, removed="5.0"),
+)
+
 _GEN = "call model.generate(...) with the matching GenerationConfig (num_beams=, do_sample=, ...)"
 _MASKS = "transformers.masking_utils (create_causal_mask and friends) or the model's own forward"
 
@@ -756,7 +789,7 @@ MEMBERS: tuple[Removed, ...] = (
 )
 
 SURFACE: tuple[Removed, ...] = (
-    tuple(_moved(k, v) for k, v in MOVED.items()) + SERVED_NAMES + REFUSED_NAMES + MEMBERS
+    tuple(_moved(k, v) for k, v in MOVED.items()) + SERVED_NAMES + EXAMPLES + REFUSED_NAMES + MEMBERS
 )
 #: What the survey of 4.30.2 against the installed release found, per module and class:
 #: (removed names found, served, refused, unlisted).  The docs page opens with it; the test over
@@ -785,6 +818,26 @@ COVERAGE: dict[str, Any] = {
         "transformers.utils": (48, 37, 11, 0),
     },
 }
+
+
+#: The modules whose names the survey compares; today's release still has each of them.
+_TODAYS_MODULES = frozenset({"transformers", "transformers.utils", "transformers.file_utils", "transformers.trainer",
+                             "transformers.trainer_utils", "transformers.trainer_pt_utils", "transformers.training_args",
+                             "transformers.optimization", "transformers.modeling_utils", "transformers.pytorch_utils",
+                             "transformers.data.data_collator"})
+
+
+def precise_family(r: Removed) -> bool:
+    """Whether a family row's pattern alone names only removed names: one at the top level
+    (``transformers.TF*``) or in a module today's release no longer has
+    (``transformers.data.metrics.*``).  A family in a module that lives on
+    (``transformers.modeling_utils.*_WEIGHTS_NAME``) may match a name it still has, and one narrowed
+    by where 4.x defined the name needs the old wheel: only the installed release, or the survey,
+    can tell those."""
+    if not r.family or r.origin or r.backend or r.gone_model or r.alias or not r.pattern.startswith("transformers."):
+        return False
+    module = r.pattern.rsplit(".", 1)[0]
+    return module == "transformers" or ("*" not in module and module not in _TODAYS_MODULES)
 
 
 def _field_rows(name: Any) -> LegacyName | None:

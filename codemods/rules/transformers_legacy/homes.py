@@ -21,11 +21,12 @@ Names of ``transformers`` and ``transformers.utils`` that the first table lists 
 from __future__ import annotations
 
 import ast
+import fnmatch
 from typing import Any, Union
 
 import libcst as cst
 
-from shardcompat.transformers.legacy_table import SURFACE, Home, Kind, Removed
+from shardcompat.transformers.legacy_table import SURFACE, Home, Kind, Removed, precise_family
 
 from ..base import Rule
 from .plans import rows_named
@@ -39,6 +40,7 @@ _FIRST_TABLE = {"transformers": (Kind.TOP_LEVEL,), "transformers.utils": (Kind.U
 _ALIASES = {"transformers.file_utils": "transformers.utils"}  # 4.x's alias module
 _LEFT_TO_OVERRIDES = frozenset({"ShardedDDPOption"})
 _BY_SPELLING = {r.pattern: r for r in reversed(SURFACE) if not r.family}  # the first row wins
+_FAMILIES = tuple(r for r in SURFACE if precise_family(r))
 #: 4.30's transformers.AdamW(params, lr, betas, eps, weight_decay, correct_bias, no_deprecation_warning)
 _ADAMW_ORDER = ("params", "lr", "betas", "eps", "weight_decay", "correct_bias", "no_deprecation_warning")
 _ADAMW_DEFAULTS = (("eps", "1e-6"), ("weight_decay", "0.0"))
@@ -61,10 +63,13 @@ def row_for(module: str, name: str) -> Removed | None:
     kinds = _FIRST_TABLE.get(module)
     if kinds and rows_named(name, *kinds) is not None:
         return None
-    exact = _BY_SPELLING.get(f"{module}.{name}")
-    if exact is not None or module not in _ALIASES:
+    spelling = f"{module}.{name}"
+    exact = _BY_SPELLING.get(spelling)
+    if exact is not None:
         return exact
-    return row_for(_ALIASES[module], name)
+    if module in _ALIASES:
+        return row_for(_ALIASES[module], name)
+    return next((r for r in _FAMILIES if fnmatch.fnmatchcase(spelling, r.pattern)), None)
 
 
 def _movable(row: Removed) -> tuple[str, str] | None:
@@ -73,7 +78,7 @@ def _movable(row: Removed) -> tuple[str, str] | None:
     if row.home is not Home.IMPORT or not target or target.startswith("shardcompat") or ":" not in target:
         return None
     module, attribute = target.split(":", 1)
-    return module, attribute
+    return (module, attribute) if "." not in attribute else None  # a class's method is no import
 
 
 def _is_adamw(row: Removed) -> bool:
@@ -182,7 +187,7 @@ class TodaysHomes(Rule):
         if home is None:
             removed = "after 4.30" if row.removed.startswith(">") else f"in Transformers {row.removed}"
             self.flag(node, UNMIGRATED, f"{module}.{name}: removed {removed}; {row.reason}",
-                      hint=f"write {row.replacement}" if row.replacement else "remove it")
+                      hint=f"instead: {row.replacement}" if row.replacement else "remove it")
         return home
 
     def _import(self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine,
@@ -214,7 +219,7 @@ class TodaysHomes(Rule):
             self.record(original_node, renamed, RULE, row.reason)
             return renamed
         self.flag(original_node, UNMIGRATED, f"{dotted}: removed from Transformers; {row.reason}",
-                  hint=f"write {row.replacement}" if row.replacement else "remove it")
+                  hint=f"instead: {row.replacement}" if row.replacement else "remove it")
         return updated_node
 
     def visit_ImportAlias(self, node: cst.ImportAlias) -> bool:

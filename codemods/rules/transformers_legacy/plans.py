@@ -38,8 +38,8 @@ REMOVED_TOP_LEVEL: tuple[str, ...] = tuple(r.pattern.split(".", 1)[1] for r in S
                                            and r.pattern.startswith("transformers."))
 #: What else the rule acts on: Trainer subclasses and calls (:mod:`.overrides`), imports from
 #: Transformers modules (:mod:`.homes`), the tokenizer's target mode (:mod:`.targets`).
-NEEDLES: tuple[str, ...] = (*NAMES, *REMOVED_TOP_LEVEL, "Trainer", "transformers.", "AdamW", "ShardedDDPOption", "as_target_tokenizer",
-                             "prepare_seq2seq_batch")
+NEEDLES: tuple[str, ...] = (*NAMES, *REMOVED_TOP_LEVEL, "Trainer", "transformers.", "AdamW", "ShardedDDPOption",
+                             "as_target_tokenizer", "prepare_seq2seq_batch", "TF", "Flax", "_PRETRAINED_")
 
 Action = Literal["rename", "set", "drop", "report"]
 
