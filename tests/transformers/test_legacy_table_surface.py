@@ -135,3 +135,54 @@ print("OK")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=110)
     assert out.returncode == 0 and out.stdout.strip().endswith("OK"), out.stderr[-3000:]
+
+
+_EVERY_ROW = r"""
+import importlib, json, sys, warnings
+warnings.simplefilter("ignore")
+from shardcompat.transformers._legacy import install
+from shardcompat.transformers._legacy_imports import resolve
+from shardcompat.transformers.legacy_table import SURFACE, Home, Served
+rows = [r for r in SURFACE if not r.family and r.pattern.startswith("transformers.")
+        and r.home in (Home.IMPORT, Home.NONE)]
+def own(pattern):  # what the release answers itself is never shadowed
+    module, _, name = pattern.rpartition(".")
+    try:
+        return hasattr(importlib.import_module(module), name)
+    except ImportError:
+        return False
+rows = [r for r in rows if not own(r.pattern)]
+install()
+wrong = []
+for r in rows:
+    module, _, name = r.pattern.rpartition(".")
+    try:
+        value = getattr(importlib.import_module(module), name)
+    except ModuleNotFoundError as error:  # a module 5.x no longer has, with only refused names
+        if r.served is not Served.REFUSED or not (error.name or "").startswith(module.rsplit(".", 1)[0]):
+            wrong.append([r.pattern, "module gone: " + str(error)])
+        continue
+    except ImportError as error:
+        if r.served is not Served.REFUSED or "docs/transformers-legacy.md" not in str(error):
+            wrong.append([r.pattern, "refused without the table's words: " + str(error)])
+        continue
+    if r.served is Served.REFUSED:
+        wrong.append([r.pattern, "a refused name imported"])
+    elif r.target is not None and value is not resolve(r.target_for(r.pattern)):
+        wrong.append([r.pattern, "not the row's target"])
+print(json.dumps(wrong))
+"""
+
+
+@on_a_4x_release
+@pytest.mark.timeout(300)
+def test_every_module_row_imports_through_the_shim_as_its_row_says() -> None:
+    """Row by row: a served name is its target under ``shardcompat run``'s shim, a refused one
+    raises an ImportError naming its replacement (a module 5.x lost whole stays lost)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", _EVERY_ROW], capture_output=True, text=True, env=env, timeout=280)
+    assert out.returncode == 0, out.stderr[-3000:]
+    import json
+
+    wrong = json.loads(out.stdout.strip().splitlines()[-1])
+    assert not wrong, "\n".join(f"{p}: {why}" for p, why in wrong)
