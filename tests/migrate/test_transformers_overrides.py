@@ -182,3 +182,11 @@ def test_a_migrated_as_target_tokenizer_block_encodes_as_the_served_one() -> Non
         assert done.returncode == 0, done.stderr[-3000:]
         out.append(done.stdout.strip().splitlines()[-1])
     assert out[0] == out[1] and "labels" in out[0], out
+
+
+def test_a_skip_marker_on_the_def_keeps_the_whole_override_in_its_4x_form() -> None:
+    code = ("from transformers import Trainer\n\n\nclass T(Trainer):\n"
+            "    def log(self, logs):  # shardcompat: skip\n        super().log(logs)\n\n"
+            "    def compute_loss(self, model, inputs):  # shardcompat: skip\n        return 0\n")
+    out, reported = _migrate(code)
+    assert out == code and not reported

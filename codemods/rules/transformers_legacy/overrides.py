@@ -246,8 +246,8 @@ class TrainerOverrides(Rule):
             change = by_method(parent.owner).get(node.name.value)
             if change is not None and change.method != "__init__" and change.served is Served.ADAPTED:
                 static = any(_dotted(d.decorator) == "staticmethod" for d in node.decorators)
-                scope = _Method(change, self._is_legacy(change, node, static), static, parent,
-                                names=_names(node.body))
+                legacy = self._is_legacy(change, node, static) and not self.blocked(node.params)
+                scope = _Method(change, legacy, static, parent, names=_names(node.body))
                 if scope.legacy:
                     scope.legacy = self._plan_method(scope, node)
         self.scopes.append(scope)
@@ -297,7 +297,7 @@ class TrainerOverrides(Rule):
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef) -> cst.FunctionDef:
         scope = self.scopes.pop()
-        if not isinstance(scope, _Method) or not scope.legacy or self.blocked(original_node.params):
+        if not isinstance(scope, _Method) or not scope.legacy:
             return updated_node
         c = scope.change
         params = self._parameters(scope, updated_node.params)
