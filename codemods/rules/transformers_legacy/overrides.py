@@ -378,6 +378,8 @@ class TrainerOverrides(Rule):
         cls = self._class()
         if cls is None or cls.owner is None:
             return updated
+        if method == "__init__":  # a subclass's own __init__ passing 4.x arguments on
+            return self._constructor(original, self._tokenizer_keyword(original, updated), cls.owner)
         c = by_method(cls.owner).get(method)
         if c is None or c.served is not Served.ADAPTED or c.method == "__init__" or c.today is None:
             return updated
@@ -407,6 +409,22 @@ class TrainerOverrides(Rule):
             return updated
         new = updated.with_changes(args=args)
         self.record(original, new, RULE, f"today's {c.method}{signature_text(c.parameters('today'))}")
+        return new
+
+    def _tokenizer_keyword(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        """``super().__init__(..., tokenizer=tok)`` -> ``processing_class=tok`` (a ``...Trainer(...)``
+        call gets it from the legacy-names rule)."""
+        given = {a.keyword.value for a in updated.args if a.keyword is not None}
+        if "tokenizer" not in given or self.blocked(original):
+            return updated
+        if "processing_class" in given:
+            self.flag(original, UNMIGRATED, "super().__init__(tokenizer=..., processing_class=...): both given",
+                      hint="keep only processing_class=")
+            return updated
+        args = [a.with_changes(keyword=cst.Name("processing_class"))
+                if a.keyword is not None and a.keyword.value == "tokenizer" else a for a in updated.args]
+        new = updated.with_changes(args=args)
+        self.record(original, new, RULE, "renamed in 4.46; the Trainer saves and pads with it as before")
         return new
 
     def _constructor(self, original: cst.Call, updated: cst.Call, owner: str) -> cst.BaseExpression:
