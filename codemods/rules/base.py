@@ -25,7 +25,7 @@ from ..run.context import Settings
 from ..run.report import Edit, Finding
 from .sharded_ddp.flags import FLAG, HINTS
 
-__all__ = ["Records", "Rule", "prepare", "quote", "run"]
+__all__ = ["Records", "Rule", "dotted", "prepare", "quote", "run"]
 
 
 @dataclass
@@ -61,6 +61,16 @@ def prepare(records: Records, code: str, facts: Facts | None = None) -> None:
         from .fairscale.python import file_findings
 
         records.warnings += file_findings(facts)
+
+
+def dotted(node: cst.BaseExpression | None) -> str:
+    """``a.b.c`` for a name or attribute chain, ``""`` for anything else."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        inner = dotted(node.value)
+        return f"{inner}.{node.attr.value}" if inner else ""
+    return ""
 
 
 def quote(module: cst.Module, node: cst.CSTNode) -> str:

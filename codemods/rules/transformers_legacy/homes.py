@@ -28,7 +28,7 @@ import libcst as cst
 
 from shardcompat.transformers.legacy_table import SURFACE, Home, Kind, Removed, precise_family
 
-from ..base import Rule
+from ..base import Rule, dotted
 from .plans import rows_named
 
 __all__ = ["TodaysHomes", "row_for"]
@@ -47,14 +47,6 @@ _ADAMW_DEFAULTS = (("eps", "1e-6"), ("weight_decay", "0.0"))
 
 Body = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
 
-
-def _dotted(node: cst.BaseExpression | None) -> str:
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        inner = _dotted(node.value)
-        return f"{inner}.{node.attr.value}" if inner else ""
-    return ""
 
 
 def row_for(module: str, name: str) -> Removed | None:
@@ -139,13 +131,13 @@ class TodaysHomes(Rule):
         if not isinstance(statement, cst.ImportFrom) or statement.relative or statement.module is None \
                 or isinstance(statement.names, cst.ImportStar):
             return updated_node
-        module = _dotted(statement.module)
+        module = dotted(statement.module)
         if not module.startswith("transformers") or self.blocked(original_node):
             return updated_node
         kept: list[cst.ImportAlias] = []
         moved: dict[str, list[str]] = {}
         for alias in statement.names:
-            name = _dotted(alias.name)
+            name = dotted(alias.name)
             local = alias.evaluated_alias or name
             row = row_for(module, name)
             home = self._home(original_node, module, name, row)
@@ -193,23 +185,23 @@ class TodaysHomes(Rule):
     def _import(self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine,
                 statement: cst.Import) -> cst.SimpleStatementLine:
         names = list(statement.names)
-        if not any(_dotted(a.name) == _DEEPSPEED and a.asname is None for a in names) or self.blocked(original):
+        if not any(dotted(a.name) == _DEEPSPEED and a.asname is None for a in names) or self.blocked(original):
             return updated
-        new = [a.with_changes(name=cst.parse_expression(_TODAYS_DEEPSPEED)) if _dotted(a.name) == _DEEPSPEED
+        new = [a.with_changes(name=cst.parse_expression(_TODAYS_DEEPSPEED)) if dotted(a.name) == _DEEPSPEED
                else a for a in names]
         line = updated.with_changes(body=[statement.with_changes(names=new)])
         self.record(original.body[0], line.body[0], RULE, "transformers.deepspeed moved to transformers.integrations")
         return line
 
     def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
-        dotted = _dotted(original_node)
-        if not dotted.startswith("transformers.") or self.blocked(original_node):
+        spelling = dotted(original_node)
+        if not spelling.startswith("transformers.") or self.blocked(original_node):
             return updated_node
-        if dotted == _DEEPSPEED:
+        if spelling == _DEEPSPEED:
             new = cst.parse_expression(_TODAYS_DEEPSPEED)
             self.record(original_node, new, RULE, "transformers.deepspeed moved to transformers.integrations")
             return new
-        module, _, name = dotted.rpartition(".")
+        module, _, name = spelling.rpartition(".")
         row = row_for(module, name) if module == "transformers" else None
         if row is None or name in _LEFT_TO_OVERRIDES:
             return updated_node
@@ -218,7 +210,7 @@ class TodaysHomes(Rule):
             renamed = updated_node.with_changes(attr=cst.Name(home[1]))
             self.record(original_node, renamed, RULE, row.reason)
             return renamed
-        self.flag(original_node, UNMIGRATED, f"{dotted}: removed from Transformers; {row.reason}",
+        self.flag(original_node, UNMIGRATED, f"{spelling}: removed from Transformers; {row.reason}",
                   hint=f"instead: {row.replacement}" if row.replacement else "remove it")
         return updated_node
 
@@ -227,7 +219,7 @@ class TodaysHomes(Rule):
 
     # ------------------------------------------------------------------ AdamW(...) calls
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
-        if self.adamw is None or self.adamw_blocked or _dotted(updated_node.func) != self.adamw:
+        if self.adamw is None or self.adamw_blocked or dotted(updated_node.func) != self.adamw:
             return updated_node
         given = {_ADAMW_ORDER[i] for i, a in enumerate(updated_node.args) if a.keyword is None}
         given |= {a.keyword.value for a in updated_node.args if a.keyword is not None}

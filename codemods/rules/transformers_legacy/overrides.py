@@ -34,7 +34,7 @@ import libcst as cst
 from shardcompat.transformers._overrides import Change, Served, by_method, signature_text
 from shardcompat.transformers.legacy_table import MEMBERS
 
-from ..base import Rule
+from ..base import Rule, dotted
 
 __all__ = ["TrainerOverrides"]
 
@@ -47,14 +47,6 @@ _INTERNALS: dict[str, str] = {r.pattern.split(".", 1)[1]: r.replacement for r in
                               if r.pattern.startswith("*Trainer.") and "(" not in r.pattern}
 _SCALED = "loss_is_scaled_for_ga"
 
-
-def _dotted(node: cst.BaseExpression) -> str:
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        inner = _dotted(node.value)
-        return f"{inner}.{node.attr.value}" if inner else ""
-    return ""
 
 
 def _owner(bases: list[str], local: dict[str, str]) -> str | None:
@@ -201,7 +193,7 @@ class TrainerOverrides(Rule):
         return None
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        bases = [_dotted(a.value) for a in node.bases if a.keyword is None]
+        bases = [dotted(a.value) for a in node.bases if a.keyword is None]
         owner = _owner(bases, self.trainers)
         scaled = any(b.rsplit(".", 1)[-1] in self.scaled for b in bases)
         if owner is not None and isinstance(node.body, cst.IndentedBlock):
@@ -210,7 +202,7 @@ class TrainerOverrides(Rule):
                     for small in statement.body:
                         targets = ([t.target for t in small.targets] if isinstance(small, cst.Assign)
                                    else [small.target] if isinstance(small, cst.AnnAssign) else [])
-                        scaled = scaled or any(_dotted(t) == _SCALED for t in targets)
+                        scaled = scaled or any(dotted(t) == _SCALED for t in targets)
         self.scopes.append(_Class(owner, scaled=scaled))
 
     def leave_ClassDef(self, original_node: cst.ClassDef, updated_node: cst.ClassDef) -> cst.ClassDef:
@@ -245,7 +237,7 @@ class TrainerOverrides(Rule):
         if isinstance(parent, _Class) and parent.owner is not None:
             change = by_method(parent.owner).get(node.name.value)
             if change is not None and change.method != "__init__" and change.served is Served.ADAPTED:
-                static = any(_dotted(d.decorator) == "staticmethod" for d in node.decorators)
+                static = any(dotted(d.decorator) == "staticmethod" for d in node.decorators)
                 legacy = self._is_legacy(change, node, static) and not self.blocked(node.params)
                 scope = _Method(change, legacy, static, parent, names=_names(node.body))
                 if scope.legacy:
@@ -367,7 +359,7 @@ class TrainerOverrides(Rule):
         method = _is_super(updated_node.func)
         if method is not None:
             return self._super(original_node, updated_node, method)
-        func = _dotted(updated_node.func)
+        func = dotted(updated_node.func)
         last = func.rsplit(".", 1)[-1]
         if last.endswith("Trainer") or last in self.trainers:
             return self._constructor(original_node, updated_node, self.trainers.get(last, "Trainer"))
@@ -472,7 +464,7 @@ class TrainerOverrides(Rule):
                            "or drop it")
 
     def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
-        receiver = _dotted(original_node.value)
+        receiver = dotted(original_node.value)
         cls = self._class()
         in_trainer = cls is not None and cls.owner is not None and receiver == "self"
         if not in_trainer and not receiver.lower().endswith("trainer"):

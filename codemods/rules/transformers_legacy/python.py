@@ -28,7 +28,7 @@ import libcst as cst
 
 from shardcompat.transformers.legacy_table import Kind, LegacyName
 
-from ..base import Rule
+from ..base import Rule, dotted
 from .ownfield import OWN_ROWS, OwnField, own_field
 from .plans import NAMES, NOT_LITERAL, REMOVED_TOP_LEVEL, Plan, plan_field, plan_name, rows_named
 
@@ -51,14 +51,6 @@ def needs_module(text: str) -> bool:
     """Whether ``text`` may hold a name of the table where this rule acts."""
     return _NEEDLE.search(text) is not None
 
-
-def _dotted(node: cst.BaseExpression) -> str:
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        inner = _dotted(node.value)
-        return f"{inner}.{node.attr.value}" if inner else ""
-    return ""
 
 
 @dataclass
@@ -180,7 +172,7 @@ class TransformersLegacy(Rule):
 
     # ------------------------------------------------------------------ imports
     def leave_ImportFrom(self, original_node: cst.ImportFrom, updated_node: cst.ImportFrom) -> Any:
-        module = _dotted(updated_node.module) if updated_node.module is not None else ""
+        module = dotted(updated_node.module) if updated_node.module is not None else ""
         kinds = _MODULES.get(module)
         if updated_node.relative or kinds is None or isinstance(updated_node.names, cst.ImportStar):
             return updated_node
@@ -228,7 +220,7 @@ class TransformersLegacy(Rule):
             return updated_node
         if len(body) != 1 or not isinstance(body[0], cst.Expr) or not isinstance(body[0].value, cst.Call):
             return updated_node
-        func = _dotted(body[0].value.func)
+        func = dotted(body[0].value.func)
         if func in self.dropped or (func.startswith("transformers.utils.")
                                     and self._module_plan(func).action == "drop"):
             if self.blocked(original_node):
@@ -315,10 +307,10 @@ class TransformersLegacy(Rule):
         return renamed
 
     def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
-        dotted = _dotted(original_node)
-        receiver, _, name = dotted.rpartition(".")
+        spelling = dotted(original_node)
+        receiver, _, name = spelling.rpartition(".")
         if receiver in _MODULES:
-            plan = self._module_plan(dotted)
+            plan = self._module_plan(spelling)
             if plan.action == "rename" and not self.blocked(original_node):
                 new = updated_node.with_changes(attr=cst.Name(plan.name))
                 self.record(original_node, new, RULE, plan.note)
@@ -326,7 +318,7 @@ class TransformersLegacy(Rule):
             return updated_node
         name = original_node.attr.value
         row = rows_named(name, Kind.FIELD)
-        target = receiver.rsplit(".", 1)[-1] if receiver else _dotted(original_node.value).rsplit(".", 1)[-1]
+        target = receiver.rsplit(".", 1)[-1] if receiver else dotted(original_node.value).rsplit(".", 1)[-1]
         if row is None or name in self.declared or "args" not in target or self.blocked(original_node):
             return updated_node
         own = self.own
@@ -343,7 +335,7 @@ class TransformersLegacy(Rule):
         return updated_node
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
-        func = _dotted(updated_node.func)
+        func = dotted(updated_node.func)
         if not updated_node.args:
             constant = self.constants.get(func)
             if constant is None and func.startswith("transformers."):

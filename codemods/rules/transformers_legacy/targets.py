@@ -15,7 +15,7 @@ import libcst as cst
 
 from shardcompat.transformers.legacy_table import SURFACE
 
-from ..base import Rule
+from ..base import Rule, dotted
 
 __all__ = ["TargetTokenizer"]
 
@@ -23,14 +23,6 @@ RULE = "transformers-legacy"
 UNMIGRATED = "transformers-legacy-unmigrated"
 _ROWS = {r.pattern.rsplit(".", 1)[-1]: r for r in SURFACE if r.pattern.startswith("PreTrainedTokenizerBase.")}
 
-
-def _dotted(node: cst.BaseExpression) -> str:
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        inner = _dotted(node.value)
-        return f"{inner}.{node.attr.value}" if inner else ""
-    return ""
 
 
 def _target_mode(with_node: cst.With) -> str | None:
@@ -42,7 +34,7 @@ def _target_mode(with_node: cst.With) -> str | None:
         return None
     if call.func.attr.value != "as_target_tokenizer":
         return None
-    return _dotted(call.func.value) or None
+    return dotted(call.func.value) or None
 
 
 def _encode(statement: cst.BaseStatement, tokenizer: str) -> cst.SimpleStatementLine | None:
@@ -53,7 +45,7 @@ def _encode(statement: cst.BaseStatement, tokenizer: str) -> cst.SimpleStatement
     if not isinstance(assign, cst.Assign) or not isinstance(assign.value, cst.Call):
         return None
     call = assign.value
-    if _dotted(call.func) != tokenizer or not call.args:
+    if dotted(call.func) != tokenizer or not call.args:
         return None
     first = call.args[0]
     if first.keyword is not None or first.star or any(a.keyword is not None and a.keyword.value == "text_target"
