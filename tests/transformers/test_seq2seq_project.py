@@ -11,7 +11,6 @@ generation and the saved weights.  T5's dropout stays at its default.
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 from typing import Any
@@ -20,6 +19,7 @@ import pytest
 
 from ._stock import TORCHRUN
 from .test_legacy_scripts import LEGACY_RELEASE, SCRIPTS, _run, _translation_assets
+from .test_subclasses import _close, _results
 
 transformers = pytest.importorskip("transformers", reason="needs transformers (pip install 'shardcompat[transformers]')")
 
@@ -76,16 +76,6 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     ):
         results[name] = _run([*command, "--output_dir", str(root / name)], root / name)
     return results
-
-
-def _results(runs: dict[str, Any], name: str) -> list[dict[str, Any]]:
-    run = runs[name]
-    assert run["code"] == 0, run["output"][-6000:]
-    return [json.loads((run["out"] / f"result-{rank}.json").read_text()) for rank in (0, 1)]
-
-
-def _close(a: list[float], b: list[float], tol: float) -> bool:
-    return len(a) == len(b) and all(abs(x - y) <= tol for x, y in zip(a, b))
 
 
 @pytest.mark.slow
