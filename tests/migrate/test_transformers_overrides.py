@@ -122,6 +122,8 @@ IMPORTS = _imports()
 @pytest.mark.parametrize("row", IMPORTS, ids=[r.pattern for r in IMPORTS])
 def test_every_removed_import_moves_home_or_is_reported(row: Removed) -> None:
     transformers = pytest.importorskip("transformers")
+    if hasattr(transformers, "is_torch_tpu_available"):
+        pytest.skip("the homes are 5.x's: this Transformers has the 4.30 API itself")
     module, _, name = row.pattern.rpartition(".")
     code, reported = _migrate(f"from {module} import {name}\n\n\ndef main():\n    return {name}\n")
     if code == f"from {module} import {name}\n\n\ndef main():\n    return {name}\n":

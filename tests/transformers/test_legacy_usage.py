@@ -3,18 +3,25 @@ uses, ranked by use, with the legacy table's row for each; an unlisted one fails
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-pytest.importorskip("transformers", reason="compares against the installed Transformers")
+transformers = pytest.importorskip("transformers", reason="compares against the installed Transformers")
 
-from shardcompat.transformers.legacy_survey import Name
-from shardcompat.transformers.legacy_usage import names_used, usage
+from shardcompat.transformers.legacy_survey import Name  # noqa: E402
+from shardcompat.transformers.legacy_usage import names_used, usage  # noqa: E402
 
 SCRIPTS = Path(__file__).parent / "scripts"
+# What a name counts as depends on the installed release: one that still has the 4.x API removed
+# none of these names (the tool then rightly finds nothing to list).
+on_a_5x_release = pytest.mark.skipif(
+    "evaluation_strategy" in {f.name for f in dataclasses.fields(transformers.TrainingArguments)},
+    reason="this Transformers has the 4.30 API itself: nothing the scripts use is removed",
+)
 
 
 def test_the_uses_it_counts_are_the_ones_shardcompat_run_serves() -> None:
@@ -29,6 +36,7 @@ def test_the_uses_it_counts_are_the_ones_shardcompat_run_serves() -> None:
     assert not any(n.name == "name" or "(name)" in n.name for n in found)  # self.name is no arguments read
 
 
+@on_a_5x_release
 def test_every_removed_name_the_era_scripts_here_use_is_served() -> None:
     uses = usage([SCRIPTS])
     spellings = {u.name.spelling for u in uses}
@@ -39,6 +47,7 @@ def test_every_removed_name_the_era_scripts_here_use_is_served() -> None:
     assert len(by_name["transformers.utils.send_example_telemetry"].files) >= 3  # ranked by the files using it
 
 
+@on_a_5x_release
 def test_a_name_no_row_covers_fails_the_command_and_refused_ones_name_the_replacement(tmp_path: Path) -> None:
     (tmp_path / "old.py").write_text("from transformers.file_utils import cached_path\n"
                                      "from transformers import TFBertModel\n"
