@@ -155,3 +155,16 @@ def rank0_json(results: Sequence[AgentResult]) -> dict[str, Any]:
     assert len(printed) == 1, f"expected one report (global rank 0's), got {len(printed)}"
     report: dict[str, Any] = json.loads(printed[0])
     return report
+
+
+def rank0_reports(results: Sequence[AgentResult]) -> list[dict[str, Any]]:
+    """Every JSON report global rank 0 printed, in order: a job whose workers the agent restarted
+    after rank 0 had finished prints one per attempt."""
+    printed = [r.stdout for r in results if r.stdout.strip()]
+    assert len(printed) == 1, f"expected the reports of one agent (global rank 0's), got {len(printed)}"
+    decoder, text, at, reports = json.JSONDecoder(), printed[0], 0, []
+    while text[at:].strip():
+        at += len(text[at:]) - len(text[at:].lstrip())
+        report, at = decoder.raw_decode(text, at)
+        reports.append(report)
+    return reports
