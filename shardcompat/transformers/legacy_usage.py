@@ -115,8 +115,10 @@ def usage(paths: Iterable[Path], wheel: Wheel | None = None) -> list[Use]:
 def _has(installed: dict[str, Any], name: Name) -> bool:
     """Whether the installed release has ``name``: from the survey's cache for its modules and
     classes, by importing the module for any other (``transformers.utils.versions``)."""
-    if _installed_has(installed, name) or not name.where.startswith("transformers"):
-        return _installed_has(installed, name)
+    if _installed_has(installed, name):
+        return True
+    if not name.where.startswith("transformers"):
+        return False
     try:
         module = importlib.import_module(name.where)
     except ModuleNotFoundError as error:  # gone, or there but needing a package not installed here
