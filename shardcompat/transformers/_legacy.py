@@ -9,8 +9,8 @@ Three places, each scoped to what the process asked for:
 - the drop-in ``Trainer`` maps its legacy keywords (:func:`trainer_keywords`) and reads
   ``trainer.tokenizer`` as before (:func:`add_trainer_attributes`);
 - :func:`install` (what ``shardcompat run`` and :func:`shardcompat.transformers.install` do) adds
-  the removed top-level and ``transformers.utils`` functions and the ``use_auth_token`` keyword of
-  ``from_pretrained``, and (:mod:`._legacy_imports`) the rest of the 4.30 surface the table
+  the removed top-level and ``transformers.utils`` functions, the ``use_auth_token`` keyword of
+  ``from_pretrained`` and of ``datasets.load_dataset`` (every 4.x example script passes it), and (:mod:`._legacy_imports`) the rest of the 4.30 surface the table
   serves: module names at their 4.x import paths, ``transformers.deepspeed``, class members;
   :func:`uninstall` takes them away again.
 
@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
+import importlib.util
 import inspect
 import os
 import sys
@@ -32,7 +34,7 @@ from typing import Any
 
 from . import _legacy_imports
 from ._api import has_field, load, packages
-from .legacy_table import FIELDS, NOT_GIVEN, Kind, LegacyName, Served, by_kind
+from .legacy_table import DATASETS_LOADERS, FIELDS, NOT_GIVEN, Kind, LegacyName, Served, by_kind
 
 __all__ = [
     "LegacyArgumentError",
@@ -64,8 +66,9 @@ def _warn(row: LegacyName, stacklevel: int = 3) -> None:
         how = f"it has no effect here: {row.reason}. Drop it"
     else:
         how = f"shardcompat serves it as {row.replacement} ({row.reason}). Write {row.replacement}"
+    api = "datasets 2.x" if row.kind is Kind.DATASETS else "Transformers 4.x"
     warnings.warn(
-        f"{_spelling(row)} is Transformers 4.x API (removed in {row.removed}); {how} "
+        f"{_spelling(row)} is {api} API (removed in {row.removed}); {how} "
         f"({MIGRATE_HINT}; every name: docs/transformers-legacy.md).",
         FutureWarning, stacklevel=stacklevel,
     )
@@ -76,6 +79,7 @@ def _spelling(row: LegacyName) -> str:
         Kind.FIELD: f"TrainingArguments {row.flag}",
         Kind.TRAINER: f"Trainer({row.name}=...)",
         Kind.FROM_PRETRAINED: f"from_pretrained({row.name}=...)",
+        Kind.DATASETS: f"datasets.load_dataset({row.name}=...)",
         Kind.TOP_LEVEL: f"transformers.{row.name}",
         Kind.UTILS: f"transformers.utils.{row.name}",
     }[row.kind]
@@ -267,20 +271,40 @@ def _from_pretrained_owners() -> list[Any]:
     return [c for c in dict.fromkeys(owners) if "from_pretrained" in vars(c)]
 
 
-def _serve_keywords(rows: list[LegacyName], method: classmethod) -> classmethod:  # type: ignore[type-arg]
-    fn = method.__func__
+def _serve_keywords(rows: list[LegacyName], fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` taking the renamed keywords of ``rows`` under their old names too (a warning each)."""
 
     @functools.wraps(fn)
-    def from_pretrained(cls: Any, *args: Any, **kwargs: Any) -> Any:
+    def served(*args: Any, **kwargs: Any) -> Any:
         for r in rows:
             if r.name in kwargs:
                 assert r.new is not None
                 _warn(r)
                 value = kwargs.pop(r.name)
                 kwargs.setdefault(r.new, value)
-        return fn(cls, *args, **kwargs)
+        return fn(*args, **kwargs)
 
-    return classmethod(from_pretrained)
+    return served
+
+
+def _serve_datasets(done: list[tuple[Any, str, Any]]) -> None:
+    """``datasets.load_dataset(use_auth_token=)`` & co., where the installed ``datasets`` lacks them.
+
+    The Trainer module imports ``datasets`` itself when it is installed, so importing it here
+    costs a script nothing it would not have paid.
+    """
+    if importlib.util.find_spec("datasets") is None:
+        return
+    datasets = importlib.import_module("datasets")
+    rows = by_kind(Kind.DATASETS)
+    for name in DATASETS_LOADERS:
+        fn = getattr(datasets, name, None)
+        if fn is None:
+            continue
+        missing = [r for r in rows if not _mentions(sys.modules[fn.__module__], r.name)]
+        if missing:
+            setattr(datasets, name, _serve_keywords(missing, fn))
+            done.append((datasets, name, fn))
 
 
 def install() -> list[tuple[Any, str, Any]]:
@@ -305,8 +329,9 @@ def install() -> list[tuple[Any, str, Any]]:
         # The module, not the method: 4.x releases pop use_auth_token in helpers the method calls.
         missing = [r for r in rows if not _mentions(sys.modules[owner.__module__], r.name)]
         if missing:
-            owner.from_pretrained = _serve_keywords(missing, method)
+            owner.from_pretrained = classmethod(_serve_keywords(missing, method.__func__))
             done.append((owner, "from_pretrained", method))
+    _serve_datasets(done)
     # The rest of the 4.30 surface: module names, gone modules, class members (legacy_table.SURFACE).
     done.append((_legacy_imports.install(packages(earlier)), "state", _ABSENT))
     return done

@@ -26,7 +26,7 @@ import dataclasses
 import enum
 from typing import Any, Optional
 
-__all__ = ["FIELDS", "NOT_GIVEN", "ROWS", "Kind", "LegacyName", "Served", "by_kind", "precise_family", "row"]
+__all__ = ["DATASETS_LOADERS", "FIELDS", "NOT_GIVEN", "ROWS", "Kind", "LegacyName", "Served", "by_kind", "precise_family", "row"]
 
 
 class Kind(str, enum.Enum):
@@ -35,6 +35,7 @@ class Kind(str, enum.Enum):
     FIELD = "TrainingArguments field"  # keyword, --flag and attribute read alike
     TRAINER = "Trainer keyword"
     FROM_PRETRAINED = "from_pretrained keyword"
+    DATASETS = "datasets keyword"  # of DATASETS_LOADERS: every 4.x example script calls them
     TOP_LEVEL = "top-level import"
     UTILS = "transformers.utils import"
 
@@ -183,6 +184,9 @@ OTHERS: tuple[LegacyName, ...] = (
     LegacyName("use_auth_token", Kind.FROM_PRETRAINED, "4.31", "5.0", R, "token=",
                "renamed in 4.31; today it reaches the model's __init__ and fails there with a TypeError",
                new="token"),
+    LegacyName("use_auth_token", Kind.DATASETS, "datasets 2.14", "datasets 3.0", R, "token=",
+               "the 4.x example scripts pass it to load_dataset; today it reaches the builder config "
+               "and fails there with a TypeError", new="token"),
     LegacyName("is_torch_tpu_available", Kind.TOP_LEVEL, "4.39", "4.51", M, "is_torch_xla_available()",
                "the same question (is torch_xla usable)", new="is_torch_xla_available"),
     LegacyName("is_tf_available", Kind.TOP_LEVEL, None, "5.0", M, "False",
@@ -200,6 +204,8 @@ OTHERS: tuple[LegacyName, ...] = (
 )
 
 ROWS: tuple[LegacyName, ...] = FIELDS + OTHERS
+#: The ``datasets`` functions whose keywords the :attr:`Kind.DATASETS` rows are.
+DATASETS_LOADERS = ("load_dataset", "load_dataset_builder")
 
 
 def by_kind(kind: Kind) -> tuple[LegacyName, ...]:

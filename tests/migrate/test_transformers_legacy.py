@@ -58,6 +58,8 @@ def _snippet(row: LegacyName) -> str:
         return f"from transformers import Trainer\ntrainer = Trainer(model=m, {row.name}=t)\n"
     if row.kind is Kind.FROM_PRETRAINED:
         return f"from transformers import AutoModel\nmodel = AutoModel.from_pretrained('p', {row.name}=True)\n"
+    if row.kind is Kind.DATASETS:
+        return f"import datasets\n\nraw = datasets.load_dataset('json', data_files='t.json', {row.name}=True)\n"
     module = "transformers" if row.kind is Kind.TOP_LEVEL else "transformers.utils"
     use = f"{row.name}('run')" if plan_name(row).action == "drop" else f"ok = {row.name}()"
     return f"from {module} import {row.name}\n\n\ndef main():\n    {use}\n"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 import warnings
 from pathlib import Path
 from typing import Any
@@ -178,6 +179,28 @@ def test_install_adds_the_removed_names_and_uninstall_takes_them_away(tmp_path: 
     assert {n: getattr(transformers, n, None) for n in before} == before
     assert not hasattr(transformers.utils, "send_example_telemetry")
     assert vars(transformers.PreTrainedConfig)["from_pretrained"] is method
+
+
+def test_install_serves_load_datasets_removed_keyword_and_uninstall_restores_it(tmp_path: Path) -> None:
+    """Every 4.30 example script passes ``use_auth_token`` to ``load_dataset``; datasets 3.0 removed it."""
+    datasets = pytest.importorskip("datasets", reason="needs datasets (pip install 'shardcompat[test]')")
+    if "use_auth_token" in inspect.signature(datasets.load_dataset).parameters:
+        pytest.skip(f"datasets {datasets.__version__} still takes use_auth_token: nothing to serve")
+    data = tmp_path / "train.json"
+    data.write_text('{"text": "a b"}\n{"text": "c"}\n')
+    original = datasets.load_dataset, datasets.load_dataset_builder
+    with pytest.raises((TypeError, ValueError), match="use_auth_token"):  # stock: the builder config refuses it
+        datasets.load_dataset("json", data_files=str(data), cache_dir=str(tmp_path / "c0"), use_auth_token=None)
+    with sct.dropins():
+        from datasets import load_dataset, load_dataset_builder
+
+        with pytest.warns(FutureWarning, match=r"datasets.load_dataset\(use_auth_token=...\).*token="):
+            loaded = load_dataset("json", data_files=str(data), cache_dir=str(tmp_path / "c1"), use_auth_token=None)
+        assert loaded["train"]["text"] == ["a b", "c"]
+        builder = load_dataset_builder("json", data_files=str(data), cache_dir=str(tmp_path / "c2"),
+                                       use_auth_token=None)
+        assert builder.config.data_files is not None
+    assert (datasets.load_dataset, datasets.load_dataset_builder) == original
 
 
 def test_every_row_has_a_way_it_is_served() -> None:

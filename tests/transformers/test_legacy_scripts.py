@@ -64,6 +64,7 @@ PORTS = {
         _own_field('    num_beams: Optional[int] = field(default=1, metadata={"help": "Beams for evaluate and predict."})\n'),
     ],
     "run_clm_datasets_legacy.py": [
+        ("            use_auth_token=True if", "            token=True if", 1),  # load_dataset's (datasets 3.0)
         *COMMON_PORT,
         ("    is_torch_tpu_available,\n", "    is_torch_xla_available,\n", 1),
         ("not is_torch_tpu_available()", "not is_torch_xla_available()", 2),
@@ -293,6 +294,7 @@ def test_each_legacy_name_warned_with_its_replacement(runs: Runs, script: str) -
         expected.append(("transformers.is_torch_tpu_available", "is_torch_xla_available()"))
     if script == "run_clm_datasets_legacy.py":
         expected += [
+            ("datasets.load_dataset(use_auth_token=...)", "token="),
             ("TrainingArguments --per_gpu_train_batch_size", "--per_device_train_batch_size"),
             ("TrainingArguments --per_gpu_eval_batch_size", "--per_device_eval_batch_size"),
             ("TrainingArguments --no_cuda", "--use_cpu"),

@@ -98,7 +98,7 @@ def has_rule(row: LegacyName) -> bool:
         if row.served is Served.MAPPED:
             return bool(row.values) or row.name in _SPECIAL
         return row.served in (Served.RENAMED, Served.NO_OP, Served.REFUSED)
-    if row.kind in (Kind.TRAINER, Kind.FROM_PRETRAINED):
+    if row.kind in (Kind.TRAINER, Kind.FROM_PRETRAINED, Kind.DATASETS):
         return row.served is Served.RENAMED and row.new is not None
     if row.kind in (Kind.TOP_LEVEL, Kind.UTILS):
         return (row.new is not None or row.replacement in ("True", "False")

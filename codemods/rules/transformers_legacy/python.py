@@ -2,7 +2,8 @@
 
 - keywords: ``TrainingArguments``-like calls (any callee ending in ``TrainingArguments``) take
   the field rows, ``...Trainer(...)`` the Trainer rows, ``.from_pretrained(...)`` the
-  ``from_pretrained`` rows;
+  ``from_pretrained`` rows, ``datasets.load_dataset(...)`` (however the file imports it) the
+  ``datasets`` rows;
 - imports from ``transformers`` / ``transformers.utils``: a renamed function is imported under
   today's name and its uses follow (when the file binds the name nowhere else); a function
   whose answer today is a constant (``is_tf_available``) is dropped from the import and each
@@ -26,7 +27,7 @@ from typing import Any, Union
 
 import libcst as cst
 
-from shardcompat.transformers.legacy_table import Kind, LegacyName
+from shardcompat.transformers.legacy_table import DATASETS_LOADERS, Kind, LegacyName
 
 from ..base import Rule, dotted
 from .ownfield import OWN_ROWS, OwnField, own_field
@@ -63,13 +64,14 @@ class _Uses:
     rebound: bool = False
 
 
-def _file_facts(code: str) -> tuple[dict[str, _Uses], set[str], OwnField | None]:
-    """Uses of every bare name, the names the file declares as its own options, and where the
-    fields it reads itself go (:mod:`.ownfield`)."""
+def _file_facts(code: str) -> tuple[dict[str, _Uses], set[str], OwnField | None, set[str]]:
+    """Uses of every bare name, the names the file declares as its own options, where the
+    fields it reads itself go (:mod:`.ownfield`), and how it calls ``datasets``' loaders."""
     tree = ast.parse(code)
     uses: dict[str, _Uses] = {}
     declared: set[str] = set()
     handled: set[int] = set()
+    loaders: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name):
             uses.setdefault(node.value.func.id, _Uses()).statements += 1
@@ -95,11 +97,21 @@ def _file_facts(code: str) -> tuple[dict[str, _Uses], set[str], OwnField | None]
         elif isinstance(node, ast.arg):
             uses.setdefault(node.arg, _Uses()).rebound = True
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            loaders.update(_loaders(node))
             for alias in node.names:
                 local = alias.asname or alias.name.split(".")[0]
                 if not (isinstance(node, ast.ImportFrom) and node.module in _MODULES and alias.asname is None):
                     uses.setdefault(local, _Uses()).rebound = True
-    return uses, declared, own_field(tree)
+    return uses, declared, own_field(tree), loaders
+
+
+def _loaders(node: ast.Import | ast.ImportFrom) -> set[str]:
+    """The callee spellings an import binds to ``datasets.load_dataset`` & co."""
+    if isinstance(node, ast.ImportFrom):
+        if node.module != "datasets" or node.level:
+            return set()
+        return {a.asname or a.name for a in node.names if a.name in DATASETS_LOADERS}
+    return {f"{a.asname or a.name}.{f}" for a in node.names if a.name == "datasets" for f in DATASETS_LOADERS}
 
 
 def _literal(module: cst.Module, node: cst.BaseExpression) -> Any:
@@ -136,8 +148,9 @@ class TransformersLegacy(Rule):
     def __init__(self, records: Any, module: cst.Module) -> None:
         super().__init__(records, module)
         self.own: OwnField | None = None
+        self.loaders: set[str] = set()  # callee spellings of datasets.load_dataset & co.
         try:
-            self.uses, self.declared, self.own = _file_facts(module.code)
+            self.uses, self.declared, self.own, self.loaders = _file_facts(module.code)
         except (SyntaxError, ValueError):  # newer syntax than this Python's ast: no whole-file facts
             self.uses, self.declared = {}, set()
         self.renames: dict[str, str] = {}  # local name -> today's name
@@ -352,6 +365,8 @@ class TransformersLegacy(Rule):
             kind = Kind.TRAINER
         elif last == "from_pretrained":
             kind = Kind.FROM_PRETRAINED
+        elif func in self.loaders:
+            kind = Kind.DATASETS
         else:
             return updated_node
         return self._keywords(original_node, updated_node, kind)

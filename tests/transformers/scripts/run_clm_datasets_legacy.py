@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Train a causal language model on text files loaded with `datasets`: written as Transformers
 4.30's examples/pytorch/language-modeling/run_clm.py was, with the API of that release
-(``send_example_telemetry``, ``use_auth_token``, ``overwrite_output_dir`` and the checkpoint
+(``send_example_telemetry``, ``use_auth_token`` of ``from_pretrained`` and of ``load_dataset``, ``overwrite_output_dir`` and the checkpoint
 detection built on it, ``Trainer(tokenizer=...)``, ``is_torch_tpu_available``), and run with that
 release's flags (``--per_gpu_train_batch_size``, ``--no_cuda``, ``--evaluation_strategy``,
 ``--warmup_ratio``, ``--fp16_opt_level``...).  It knows nothing of shardcompat.  The model, its
@@ -102,7 +102,10 @@ def main():
 
     # Each split from its own local file; the loader is chosen by the file's extension.
     raw_datasets = datasets.DatasetDict({
-        split: load_dataset(_extension(path), data_files={split: path}, cache_dir=model_args.cache_dir)[split]
+        split: load_dataset(
+            _extension(path), data_files={split: path}, cache_dir=model_args.cache_dir,
+            use_auth_token=True if model_args.use_auth_token else None,
+        )[split]
         for split, path in (("train", data_args.train_file), ("validation", data_args.validation_file))
         if path is not None
     })
