@@ -184,3 +184,49 @@ def batch_encode_plus(self: Any, batch_text_or_text_pairs: Any, **kwargs: Any) -
 
 def sanitize_special_tokens(self: Any) -> int:
     return 0
+
+
+# ---------------------------------------------------------------------- classes
+#: Keywords that say where a checkpoint is, which the config's loading needs as much as the model's.
+_HUB_KEYWORDS = ("cache_dir", "force_download", "local_files_only", "proxies", "revision", "subfolder", "token")
+
+
+class AutoModelWithLMHead:
+    """4.30's deprecated auto class: the model with a language-modeling head that 4.30 chose for
+    the config's model type (:data:`.legacy_table.LM_HEAD_MODELS`: masked for BERT, causal for
+    GPT-2, seq2seq for T5), loaded by that class's own ``from_pretrained`` / ``from_config``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise OSError("AutoModelWithLMHead is instantiated with AutoModelWithLMHead.from_pretrained(path) or "
+                      "AutoModelWithLMHead.from_config(config)")
+
+    @staticmethod
+    def model_class(config: Any) -> Any:
+        from .legacy_table import LM_HEAD_MODELS
+
+        name = LM_HEAD_MODELS.get(getattr(config, "model_type", ""))
+        if name is None:
+            raise ValueError(
+                f"AutoModelWithLMHead: Transformers 4.30 had no language-modeling class for model type "
+                f"{getattr(config, 'model_type', '?')!r}; use AutoModelForCausalLM, AutoModelForMaskedLM or "
+                f"AutoModelForSeq2SeqLM (4.30's types: {', '.join(sorted(LM_HEAD_MODELS))})")
+        found = getattr(load(), name, None)
+        if found is None:
+            raise ImportError(
+                f"AutoModelWithLMHead: 4.30 loaded model type {config.model_type!r} as {name}, which the "
+                f"installed Transformers removed; keep Transformers 4.x for this model or pick a maintained one")
+        return found
+
+    @classmethod
+    def from_config(cls, config: Any, **kwargs: Any) -> Any:
+        return cls.model_class(config)._from_config(config, **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: Any, *model_args: Any, **kwargs: Any) -> Any:
+        config = kwargs.pop("config", None)
+        hub = {k: kwargs.pop(k) for k in _HUB_KEYWORDS if k in kwargs}
+        if not isinstance(config, load().PretrainedConfig):
+            config, kwargs = load().AutoConfig.from_pretrained(
+                config or pretrained_model_name_or_path, return_unused_kwargs=True, **hub, **kwargs)
+        return cls.model_class(config).from_pretrained(pretrained_model_name_or_path, *model_args, config=config,
+                                                       **hub, **kwargs)

@@ -46,7 +46,7 @@ def _coverage() -> list[str]:
         "families of one row each: TensorFlow and Flax classes, per-model archive maps, models 5.x removed. "
         "Beyond the survey's modules, `python -m shardcompat.transformers.legacy_usage PATH` lists the removed "
         "names a tree of scripts uses, by how many files use each, with its row here (it exits 1 on an "
-        "unlisted one); the rows its scan of the 4.21-4.27 example scripts and of copied 4.27 Trainers "
+        "unlisted one); the rows its scan of the 4.20-4.30 example scripts and of copied 4.27 Trainers "
         "added are in the last part of the table below.",
         "",
         "| module or class | removed | served | refused | unlisted |",

@@ -32,7 +32,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CLASSES", "MODULES", "Name", "coverage", "installed_surface", "old_surface", "removed"]
+__all__ = ["CLASSES", "MODULES", "Name", "coverage", "installed_surface", "lm_head_models", "old_surface", "removed"]
 
 #: The modules whose public names are compared (``""`` is ``transformers`` itself).
 MODULES = ("", "utils", "file_utils", "trainer", "trainer_utils", "trainer_pt_utils", "training_args", "deepspeed",
@@ -268,6 +268,16 @@ class Wheel:
                 return None
             module = nxt
         return None
+
+
+def lm_head_models(wheel: Wheel) -> dict[str, str]:
+    """The old release's ``MODEL_WITH_LM_HEAD_MAPPING_NAMES`` (model type -> the class its
+    ``AutoModelWithLMHead`` loaded), which :data:`.legacy_table.LM_HEAD_MODELS` copies."""
+    for stmt in wheel.tree("models.auto.modeling_auto").body:
+        if (isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call) and stmt.value.args
+                and any(getattr(t, "id", "") == "MODEL_WITH_LM_HEAD_MAPPING_NAMES" for t in stmt.targets)):
+            return dict(ast.literal_eval(stmt.value.args[0]))
+    raise KeyError(f"{wheel.path.name} has no MODEL_WITH_LM_HEAD_MAPPING_NAMES")
 
 
 def _absolute(module: str, stmt: ast.ImportFrom, path: str) -> str:

@@ -420,6 +420,14 @@ SERVED_NAMES: tuple[Removed, ...] = (
             f"{_LF}:AdamW", deprecated="4.26"),
     _served("transformers.optimization.AdamW", "torch.optim.AdamW(params, lr, eps=1e-6, weight_decay=0.0)",
             "the same class as transformers.AdamW", f"{_LF}:AdamW", deprecated="4.26"),
+    _served("transformers.AutoModelWithLMHead", "AutoModelForCausalLM, AutoModelForMaskedLM or AutoModelForSeq2SeqLM",
+            "the class 4.30 chose for the config's model type (LM_HEAD_MODELS, read from 4.30.2), loaded by "
+            "today's from_pretrained / from_config; a type whose class 5.x removed is refused naming it",
+            f"{_LF}:AutoModelWithLMHead", deprecated="<=4.30"),
+    _served("transformers.BloomTokenizerFast", "AutoTokenizer.from_pretrained(...)",
+            "5.x's own AutoTokenizer loads a checkpoint that names BloomTokenizerFast as TokenizersBackend, "
+            "the same tokenizer.json and special tokens; the class is that one", "transformers:TokenizersBackend",
+            served=R),
     _served("transformers.trainer.is_fairscale_available", "importlib.util.find_spec('fairscale') is not None",
             "the same question: is fairscale importable (under shardcompat run the facade answers for it)",
             f"{_LF}:is_fairscale_available"),
@@ -519,7 +527,7 @@ SERVED_NAMES += tuple(
 
 #: What code of the era uses beyond the 4.30 survey: names of modules it does not read, and names
 #: gone before 4.30, found by ``python -m shardcompat.transformers.legacy_usage`` over the example
-#: scripts of 4.21-4.27 (``examples/pytorch``, ``examples/research_projects`` at each release
+#: scripts of 4.20-4.30 (``examples/pytorch``, ``examples/research_projects`` at each release
 #: commit) and over projects that copied the 4.27 Trainer.
 EXAMPLES: tuple[Removed, ...] = (
     _moved("transformers.integrations.default_hp_search_backend", "transformers.hyperparameter_search"),
@@ -549,6 +557,42 @@ EXAMPLES: tuple[Removed, ...] = (
     _refused("transformers.models.*.modeling_*.load_tf_weights_in_*", "convert the TensorFlow checkpoint with "
              "Transformers 4.x, then load it", _NO_TF, removed="5.0"),
 )
+
+#: 4.30.2's ``MODEL_WITH_LM_HEAD_MAPPING_NAMES``: the class the deprecated ``AutoModelWithLMHead``
+#: chose for each model type (masked, causal or seq2seq, by model); ``legacy_survey.lm_head_models``
+#: reads it from the wheel and ``nox -s legacy_survey`` checks this copy against it.
+LM_HEAD_MODELS: dict[str, str] = {
+    "albert": "AlbertForMaskedLM", "bart": "BartForConditionalGeneration", "bert": "BertForMaskedLM",
+    "big_bird": "BigBirdForMaskedLM", "bigbird_pegasus": "BigBirdPegasusForConditionalGeneration",
+    "blenderbot-small": "BlenderbotSmallForConditionalGeneration", "bloom": "BloomForCausalLM",
+    "camembert": "CamembertForMaskedLM", "codegen": "CodeGenForCausalLM", "convbert": "ConvBertForMaskedLM",
+    "cpmant": "CpmAntForCausalLM", "ctrl": "CTRLLMHeadModel", "data2vec-text": "Data2VecTextForMaskedLM",
+    "deberta": "DebertaForMaskedLM", "deberta-v2": "DebertaV2ForMaskedLM",
+    "distilbert": "DistilBertForMaskedLM", "electra": "ElectraForMaskedLM",
+    "encoder-decoder": "EncoderDecoderModel", "ernie": "ErnieForMaskedLM", "esm": "EsmForMaskedLM",
+    "flaubert": "FlaubertWithLMHeadModel", "fnet": "FNetForMaskedLM", "fsmt": "FSMTForConditionalGeneration",
+    "funnel": "FunnelForMaskedLM", "git": "GitForCausalLM", "gpt-sw3": "GPT2LMHeadModel",
+    "gpt2": "GPT2LMHeadModel", "gpt_bigcode": "GPTBigCodeForCausalLM", "gpt_neo": "GPTNeoForCausalLM",
+    "gpt_neox": "GPTNeoXForCausalLM", "gpt_neox_japanese": "GPTNeoXJapaneseForCausalLM",
+    "gptj": "GPTJForCausalLM", "gptsan-japanese": "GPTSanJapaneseForConditionalGeneration",
+    "ibert": "IBertForMaskedLM", "layoutlm": "LayoutLMForMaskedLM", "led": "LEDForConditionalGeneration",
+    "longformer": "LongformerForMaskedLM", "longt5": "LongT5ForConditionalGeneration",
+    "luke": "LukeForMaskedLM", "m2m_100": "M2M100ForConditionalGeneration", "marian": "MarianMTModel",
+    "mega": "MegaForMaskedLM", "megatron-bert": "MegatronBertForCausalLM",
+    "mobilebert": "MobileBertForMaskedLM", "mpnet": "MPNetForMaskedLM", "mvp": "MvpForConditionalGeneration",
+    "nezha": "NezhaForMaskedLM", "nllb-moe": "NllbMoeForConditionalGeneration",
+    "nystromformer": "NystromformerForMaskedLM", "openai-gpt": "OpenAIGPTLMHeadModel",
+    "pegasus_x": "PegasusXForConditionalGeneration", "plbart": "PLBartForConditionalGeneration",
+    "qdqbert": "QDQBertForMaskedLM", "reformer": "ReformerModelWithLMHead", "rembert": "RemBertForMaskedLM",
+    "roberta": "RobertaForMaskedLM", "roberta-prelayernorm": "RobertaPreLayerNormForMaskedLM",
+    "roc_bert": "RoCBertForMaskedLM", "roformer": "RoFormerForMaskedLM", "rwkv": "RwkvForCausalLM",
+    "speech_to_text": "Speech2TextForConditionalGeneration", "squeezebert": "SqueezeBertForMaskedLM",
+    "switch_transformers": "SwitchTransformersForConditionalGeneration", "t5": "T5ForConditionalGeneration",
+    "tapas": "TapasForMaskedLM", "transfo-xl": "TransfoXLLMHeadModel", "wav2vec2": "Wav2Vec2ForMaskedLM",
+    "whisper": "WhisperForConditionalGeneration", "xlm": "XLMWithLMHeadModel",
+    "xlm-roberta": "XLMRobertaForMaskedLM", "xlm-roberta-xl": "XLMRobertaXLForMaskedLM",
+    "xlnet": "XLNetLMHeadModel", "xmod": "XmodForMaskedLM", "yoso": "YosoForMaskedLM",
+}
 
 _GEN = "call model.generate(...) with the matching GenerationConfig (num_beams=, do_sample=, ...)"
 _MASKS = "transformers.masking_utils (create_causal_mask and friends) or the model's own forward"
@@ -645,8 +689,6 @@ REFUSED_NAMES: tuple[Removed, ...] = (
     _refused("transformers.ModelCard", "huggingface_hub.ModelCard", "5.x writes model cards with the hub's class"),
     _refused("transformers.SpecialTokensMixin", "PreTrainedTokenizerBase",
              "5.x folds the special-tokens API into the tokenizer base class"),
-    _refused("transformers.AutoModelWithLMHead", "AutoModelForCausalLM, AutoModelForMaskedLM or AutoModelForSeq2SeqLM",
-             "4.30 already deprecated it; which of the three it chose depended on the config", deprecated="<=4.30"),
     _refused("transformers.MODEL_WITH_LM_HEAD_MAPPING", "MODEL_FOR_CAUSAL_LM_MAPPING (or _MASKED_LM_, _SEQ_2_SEQ_LM_)",
              "the mapping of the removed AutoModelWithLMHead"),
     _refused("transformers.MODEL_NAMES_MAPPING", "transformers.models.auto.configuration_auto.CONFIG_MAPPING_NAMES",
@@ -656,8 +698,6 @@ REFUSED_NAMES: tuple[Removed, ...] = (
     _refused("transformers.Wav2Vec2ForMaskedLM", "Wav2Vec2ForCTC", "4.30 already deprecated it"),
     _refused("transformers.ViTMAELayer", "transformers.models.vit_mae.modeling_vit_mae's layer",
              "5.x exports only the models"),
-    _refused("transformers.BloomTokenizerFast", "AutoTokenizer.from_pretrained(...)",
-             "5.x loads BLOOM's tokenizer through the generic fast tokenizer"),
     _refused("transformers.top_k_top_p_filtering", "TopKLogitsWarper and TopPLogitsWarper",
              "4.30 already deprecated it"),
     _refused("transformers.is_sigopt_available", "another hyperparameter_search backend", "5.x removed SigOpt"),
@@ -810,7 +850,7 @@ COVERAGE: dict[str, Any] = {
         "Seq2SeqTrainer": (20, 9, 11, 0),
         "Trainer": (20, 9, 11, 0),
         "TrainingArguments": (63, 61, 2, 0),
-        "transformers": (1336, 92, 1244, 0),
+        "transformers": (1336, 94, 1242, 0),
         "transformers.data.data_collator": (6, 2, 4, 0),
         "transformers.deepspeed": (15, 15, 0, 0),
         "transformers.file_utils": (29, 26, 3, 0),

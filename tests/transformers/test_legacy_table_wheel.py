@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from shardcompat.transformers.legacy_survey import Wheel, coverage, installed_surface
+from shardcompat.transformers.legacy_survey import Wheel, coverage, installed_surface, lm_head_models
 
 WHEEL = os.environ.get("SHARDCOMPAT_LEGACY_WHEEL", "")
 
@@ -36,3 +36,11 @@ def test_the_coverage_the_docs_page_shows_is_a_fresh_surveys() -> None:
     assert cov.version == COVERAGE["old"]
     assert cov.by_where() == COVERAGE["by_where"], "regenerate with: python -m " \
         "shardcompat.transformers.legacy_survey WHEEL --coverage"
+
+
+@pytest.mark.skipif(not os.path.isfile(WHEEL), reason="no 4.30.2 wheel (SHARDCOMPAT_LEGACY_WHEEL); "
+                    "nox -s legacy_survey downloads it")
+def test_auto_model_with_lm_head_chooses_as_the_wheel_did() -> None:
+    from shardcompat.transformers.legacy_table import LM_HEAD_MODELS
+
+    assert lm_head_models(Wheel(WHEEL)) == LM_HEAD_MODELS
