@@ -9,6 +9,7 @@
     nox -s "transformers(4.34.1)"  # the Trainer integration's full grid with one Transformers release
     nox -s precision             # --fp16/--bf16 x clipping x every option through shardcompat run (long)
     nox -s gpu                   # the gpu-marked tests, on a CUDA machine
+    nox -s upstream_examples -- PATH  # Transformers' own 4.x example scripts (PATH: their examples/pytorch)
     nox -s docs                  # the docs, warnings as errors
 
 Tests skip by probed capability (with the reason), never by version string, so each
@@ -190,3 +191,19 @@ def legacy_survey(session: nox.Session) -> None:
     wheel = next(wheels.glob("transformers-4.30.2-*.whl"))
     session.run("python", "-m", "pytest", "-q", "tests/transformers/test_legacy_table_wheel.py",
                 env={"SHARDCOMPAT_LEGACY_WHEEL": str(wheel)})
+
+
+@nox.session
+def upstream_examples(session: nox.Session) -> None:
+    """Transformers' own 4.x example scripts (not in this repository: PATH is the examples/pytorch
+    folder of a checkout, e.g. from ``git archive v4.30.2 examples``) run unchanged under shardcompat
+    run and, migrated, on stock torchrun, with the same losses (issue 30).  Not in CI: CI has no
+    copy of those files."""
+    if not session.posargs:
+        session.error("give the examples/pytorch folder of a Transformers 4.x checkout: "
+                      "nox -s upstream_examples -- PATH")
+    _install(session)
+    session.install("evaluate")  # the 4.x examples import it
+    where = str(Path(session.posargs[0]).resolve())
+    session.run("python", "-m", "pytest", "-m", "upstream", "-q", "tests/upstream", *session.posargs[1:],
+                env={"SHARDCOMPAT_UPSTREAM_EXAMPLES": where})

@@ -110,17 +110,17 @@ def port(script: str, source: str) -> str:
 
 
 def _tokenizer(model_dir: Path) -> int:
-    """A word-level tokenizer saved with save_pretrained (BERT's specials, and </s> for T5); its size."""
+    """A word-level tokenizer saved with save_pretrained (BERT's specials, </s> for T5); its size."""
     import tokenizers
 
-    vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "</s>", *WORDS])}
+    vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "</s>", "[MASK]", *WORDS])}
     backend = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
     backend.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
     backend.post_processor = tokenizers.processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
     transformers.PreTrainedTokenizerFast(
         tokenizer_object=backend, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
-        eos_token="</s>").save_pretrained(model_dir)
+        eos_token="</s>", mask_token="[MASK]").save_pretrained(model_dir)
     return len(vocab)
 
 

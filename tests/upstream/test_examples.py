@@ -1,0 +1,187 @@
+"""Transformers' own example scripts of a 4.x release run unchanged, and migrated, as stock 5.x does.
+
+Issue 30's "tested by running it": the scripts come from a checkout of Transformers that this
+repository does not carry (third-party files); ``nox -s upstream_examples -- PATH`` names its
+``examples/pytorch`` folder (``SHARDCOMPAT_UPSTREAM_EXAMPLES``), e.g. one ``git archive v4.30.2
+examples`` wrote.  For each script:
+
+- unchanged: ``shardcompat run --nproc 2 SCRIPT`` with the 4.x flags (``--evaluation_strategy``,
+  ``--no_cuda``, ``--overwrite_output_dir``) and ``--sharded_ddp "zero_dp_3 auto_wrap"``;
+- migrated: a copy of its folder after ``shardcompat-migrate --transformers-legacy --write``
+  (which must report nothing), on plain ``torchrun`` with the installed Transformers (DDP);
+- per-step losses, evaluations, metrics and the saved weights must agree.
+
+Models, tokenizers and data are built here (the asset builders of ``test_legacy_scripts``).  The
+hub's metric scripts cannot be downloaded here: ``evaluate.load("accuracy")`` finds a local
+``accuracy/accuracy.py`` (evaluate's own local-script form) in the run's folder, the same file
+for both sides.  Deselected by default (``-m upstream``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from ..transformers._stock import TORCHRUN
+from ..transformers.test_legacy_scripts import _clm_assets, _glue_assets, _jsonl, _sentence, _tokenizer
+
+pytestmark = pytest.mark.upstream
+transformers = pytest.importorskip("transformers", reason="needs transformers (pip install 'shardcompat[test]')")
+pytest.importorskip("evaluate", reason="the 4.x example scripts import evaluate (pip install evaluate)")
+
+ACCURACY = '''"""A local stand-in for the hub's accuracy metric script (nothing is downloaded in these tests)."""
+import datasets
+import evaluate
+
+
+class Accuracy(evaluate.Metric):
+    def _info(self):
+        features = datasets.Features({"predictions": datasets.Value("int64"), "references": datasets.Value("int64")})
+        return evaluate.MetricInfo(description="accuracy", citation="", inputs_description="", features=features)
+
+    def _compute(self, predictions, references):
+        return {"accuracy": sum(int(p == r) for p, r in zip(predictions, references)) / len(references)}
+'''
+
+
+def _text_files(root: Path) -> list[str]:
+    """Train and validation text files of sentences (4.x's language-modeling scripts read both with
+    the train file's loader)."""
+    files = []
+    for split, size in (("train", 64), ("validation", 16)):
+        rng = random.Random(split)
+        (root / f"{split}.txt").write_text("".join(_sentence(rng) + "\n" for _ in range(size)))
+        files += [f"--{split}_file", str(root / f"{split}.txt")]
+    return files
+
+
+def _clm_text_assets(root: Path) -> list[str]:
+    """``test_legacy_scripts``' tiny GPT-2, on text files."""
+    args = _clm_assets(root)
+    for flag, value in zip(_text_files(root)[::2], _text_files(root)[1::2]):
+        args[args.index(flag) + 1] = value
+    return args
+
+
+def _mlm_assets(root: Path) -> list[str]:
+    """A tiny BERT masked LM; text files of sentences."""
+    import torch
+
+    size = _tokenizer(root / "model")
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=64, max_position_embeddings=32)
+    transformers.BertForMaskedLM(config).save_pretrained(root / "model")
+    return ["--model_name_or_path", str(root / "model"), *_text_files(root), "--max_seq_length", "16"]
+
+
+def _swag_assets(root: Path) -> list[str]:
+    """A tiny BERT multiple-choice model; four endings, the label picks one."""
+    import torch
+
+    size = _tokenizer(root / "model")
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=64, max_position_embeddings=32)
+    transformers.BertForMultipleChoice(config).save_pretrained(root / "model")
+
+    def row(rng: random.Random) -> dict[str, Any]:
+        return {"sent1": _sentence(rng), "sent2": _sentence(rng), **{f"ending{i}": _sentence(rng) for i in range(4)},
+                "label": rng.randrange(4)}
+
+    return ["--model_name_or_path", str(root / "model"), "--train_file", str(_jsonl(root, "train", 32, row)),
+            "--validation_file", str(_jsonl(root, "validation", 16, row)), "--max_seq_length", "16"]
+
+
+def _with(build: Callable[[Path], list[str]], *extra: str) -> Callable[[Path], list[str]]:
+    """``build``'s arguments and ``extra``; JSON-lines files renamed ``.json`` (the 4.x scripts
+    accept csv, json or txt by extension)."""
+
+    def assets(root: Path) -> list[str]:
+        args = build(root)
+        for i, arg in enumerate(args):
+            if arg.endswith(".jsonl"):
+                args[i] = str(Path(arg).rename(Path(arg).with_suffix(".json")))
+        return [*args, *extra]
+
+    return assets
+
+
+# script (under examples/pytorch) -> (its assets, the model class its output loads with)
+SCRIPTS: dict[str, tuple[Callable[[Path], list[str]], str]] = {
+    "language-modeling/run_clm.py": (_clm_text_assets, "AutoModelForCausalLM"),
+    "language-modeling/run_mlm.py": (_mlm_assets, "AutoModelForMaskedLM"),
+    "text-classification/run_glue.py": (_with(_glue_assets, "--max_seq_length", "16"),
+                                        "AutoModelForSequenceClassification"),
+    "multiple-choice/run_swag.py": (_with(_swag_assets), "AutoModelForMultipleChoice"),
+}
+RUN = ["--do_train", "--do_eval", "--max_steps", "4", "--gradient_accumulation_steps", "2", "--logging_steps", "1",
+       "--learning_rate", "5e-3", "--report_to", "none", "--disable_tqdm", "true", "--seed", "0", "--eval_steps", "2",
+       "--save_strategy", "no", "--per_device_train_batch_size", "2", "--per_device_eval_batch_size", "4",
+       "--overwrite_output_dir"]
+LEGACY = ["--evaluation_strategy", "steps", "--no_cuda", "--sharded_ddp", "zero_dp_3 auto_wrap"]
+STOCK = ["--eval_strategy", "steps", "--use_cpu"]
+
+
+@pytest.fixture(scope="module")
+def examples() -> Path:
+    where = os.environ.get("SHARDCOMPAT_UPSTREAM_EXAMPLES")
+    if not where or not (Path(where) / "language-modeling" / "run_clm.py").is_file():
+        pytest.fail("set SHARDCOMPAT_UPSTREAM_EXAMPLES to the examples/pytorch folder of a Transformers 4.x "
+                    f"checkout (got {where!r}); e.g. nox -s upstream_examples -- PATH", pytrace=False)
+    return Path(where)
+
+
+def _run(command: list[str], cwd: Path) -> str:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
+           "HF_EVALUATE_OFFLINE": "1", "PYTHONWARNINGS": "default::FutureWarning"}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=cwd)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-6000:]
+    return output
+
+
+def _history(out: Path) -> tuple[list[float], list[float]]:
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    return [e["loss"] for e in history if "loss" in e], [e["eval_loss"] for e in history if "eval_loss" in e]
+
+
+@pytest.mark.parametrize("script", list(SCRIPTS))
+def test_the_upstream_script_runs_unchanged_and_migrated_as_stock(examples: Path, script: str,
+                                                                    tmp_path: Path) -> None:
+    build, model_class = SCRIPTS[script]
+    (tmp_path / "accuracy").mkdir()
+    (tmp_path / "accuracy" / "accuracy.py").write_text(ACCURACY)
+    data = build(tmp_path / "assets")
+    folder, name = script.split("/")
+    unchanged = _run([sys.executable, "-m", "shardcompat", "run", "--nproc", "2", str(examples / script), *data,
+                      *RUN, *LEGACY, "--output_dir", str(tmp_path / "unchanged")], tmp_path)
+    assert "shardcompat: 'zero_dp_3 auto_wrap'" in unchanged and "FutureWarning" in unchanged
+
+    migrated = tmp_path / "migrated"
+    shutil.copytree(examples / folder, migrated)
+    report = _run([sys.executable, "-m", "codemods.cli", str(migrated), "--transformers-legacy", "--write"], tmp_path)
+    for line in report.splitlines():
+        assert not (line.startswith(str(migrated / name)) and "warning" in line), line  # nothing for a person
+    assert "evaluation_strategy" not in (migrated / name).read_text()
+    _run([*TORCHRUN, str(migrated / name), *data, *RUN, *STOCK, "--output_dir", str(tmp_path / "stock")], tmp_path)
+
+    (a_losses, a_evals), (b_losses, b_evals) = _history(tmp_path / "stock"), _history(tmp_path / "unchanged")
+    assert len(a_losses) == len(b_losses) == 4 and len(a_evals) == len(b_evals) == 2, (a_losses, b_losses)
+    assert max(abs(a - b) for a, b in zip(a_losses, b_losses)) <= 1e-4, (a_losses, b_losses)
+    assert max(abs(a - b) for a, b in zip(a_evals, b_evals)) <= 1e-4, (a_evals, b_evals)
+    metrics = [json.loads((tmp_path / side / "eval_results.json").read_text()) for side in ("stock", "unchanged")]
+    assert metrics[0].keys() == metrics[1].keys() and "eval_accuracy" in metrics[0], metrics
+    assert metrics[0]["eval_accuracy"] == metrics[1]["eval_accuracy"]
+    loader = getattr(transformers, model_class)
+    a, b = (loader.from_pretrained(tmp_path / side).state_dict() for side in ("stock", "unchanged"))
+    assert a.keys() == b.keys()
+    assert max(float((a[k].float() - b[k].float()).abs().max()) for k in a) <= 1e-5
