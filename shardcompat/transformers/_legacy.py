@@ -66,7 +66,7 @@ def _warn(row: LegacyName, stacklevel: int = 3) -> None:
         how = f"it has no effect here: {row.reason}. Drop it"
     else:
         how = f"shardcompat serves it as {row.replacement} ({row.reason}). Write {row.replacement}"
-    api = "datasets 2.x" if row.kind is Kind.DATASETS else "Transformers 4.x"
+    api = "datasets 2.x" if row.kind in (Kind.DATASETS, Kind.DATASETS_FUNCTION) else "Transformers 4.x"
     warnings.warn(
         f"{_spelling(row)} is {api} API (removed in {row.removed}); {how} "
         f"({MIGRATE_HINT}; every name: docs/transformers-legacy.md).",
@@ -80,6 +80,7 @@ def _spelling(row: LegacyName) -> str:
         Kind.TRAINER: f"Trainer({row.name}=...)",
         Kind.FROM_PRETRAINED: f"from_pretrained({row.name}=...)",
         Kind.DATASETS: f"datasets.load_dataset({row.name}=...)",
+        Kind.DATASETS_FUNCTION: f"datasets.{row.name}",
         Kind.TOP_LEVEL: f"transformers.{row.name}",
         Kind.UTILS: f"transformers.utils.{row.name}",
     }[row.kind]
@@ -288,7 +289,8 @@ def _serve_keywords(rows: list[LegacyName], fn: Callable[..., Any]) -> Callable[
 
 
 def _serve_datasets(done: list[tuple[Any, str, Any]]) -> None:
-    """``datasets.load_dataset(use_auth_token=)`` & co., where the installed ``datasets`` lacks them.
+    """``datasets.load_dataset(use_auth_token=)`` & co. and ``datasets.load_metric``, where the
+    installed ``datasets`` lacks them.
 
     The Trainer module imports ``datasets`` itself when it is installed, so importing it here
     costs a script nothing it would not have paid.
@@ -305,6 +307,24 @@ def _serve_datasets(done: list[tuple[Any, str, Any]]) -> None:
         if missing:
             setattr(datasets, name, _serve_keywords(missing, fn))
             done.append((datasets, name, fn))
+    for r in by_kind(Kind.DATASETS_FUNCTION):
+        if not hasattr(datasets, r.name):
+            setattr(datasets, r.name, _datasets_function(r))
+            done.append((datasets, r.name, _ABSENT))
+
+
+def _datasets_function(r: LegacyName) -> Callable[..., Any]:
+    """A removed ``datasets`` function, served by :mod:`._legacy_functions`' adapter of that name."""
+    from . import _legacy_functions
+
+    adapter = getattr(_legacy_functions, r.name)
+
+    @functools.wraps(adapter)
+    def served(*args: Any, **kwargs: Any) -> Any:
+        _warn(r)
+        return adapter(*args, **kwargs)
+
+    return served
 
 
 def install() -> list[tuple[Any, str, Any]]:

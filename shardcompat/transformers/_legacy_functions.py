@@ -186,6 +186,24 @@ def sanitize_special_tokens(self: Any) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------- datasets
+def load_metric(path: str, config_name: str | None = None, process_id: int = 0, num_process: int = 1,
+                cache_dir: str | None = None, experiment_id: str | None = None, keep_in_memory: bool = False,
+                download_config: Any = None, download_mode: Any = None, revision: Any = None,
+                **init_kwargs: Any) -> Any:
+    """datasets 2.x's ``load_metric`` call form on ``evaluate.load``, its successor (same metric
+    scripts and keywords; only the third positional argument differs, so all go by keyword)."""
+    if importlib.util.find_spec("evaluate") is None:
+        raise ImportError("datasets.load_metric was removed in datasets 3.0; shardcompat serves it with its "
+                          "successor evaluate.load, which is not installed: pip install evaluate")
+    import evaluate
+
+    return evaluate.load(path, config_name, process_id=process_id, num_process=num_process, cache_dir=cache_dir,
+                         experiment_id=experiment_id, keep_in_memory=keep_in_memory,
+                         download_config=download_config, download_mode=download_mode, revision=revision,
+                         **init_kwargs)
+
+
 # ---------------------------------------------------------------------- classes
 #: Keywords that say where a checkpoint is, which the config's loading needs as much as the model's.
 _HUB_KEYWORDS = ("cache_dir", "force_download", "local_files_only", "proxies", "revision", "subfolder", "token")

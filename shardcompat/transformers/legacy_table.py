@@ -36,6 +36,7 @@ class Kind(str, enum.Enum):
     TRAINER = "Trainer keyword"
     FROM_PRETRAINED = "from_pretrained keyword"
     DATASETS = "datasets keyword"  # of DATASETS_LOADERS: every 4.x example script calls them
+    DATASETS_FUNCTION = "datasets function"  # ``new``: "module:attribute" of the library that took it over
     TOP_LEVEL = "top-level import"
     UTILS = "transformers.utils import"
 
@@ -187,6 +188,10 @@ OTHERS: tuple[LegacyName, ...] = (
     LegacyName("use_auth_token", Kind.DATASETS, "datasets 2.14", "datasets 3.0", R, "token=",
                "the 4.x example scripts pass it to load_dataset; today it reaches the builder config "
                "and fails there with a TypeError", new="token"),
+    LegacyName("load_metric", Kind.DATASETS_FUNCTION, "datasets 2.5", "datasets 3.0", M, "evaluate.load(...)",
+               "the metrics moved to the evaluate library, whose load takes the same metric names and keywords "
+               "(pip install evaluate; load_metric's third positional argument, process_id, goes by keyword)",
+               new="evaluate:load"),
     LegacyName("is_torch_tpu_available", Kind.TOP_LEVEL, "4.39", "4.51", M, "is_torch_xla_available()",
                "the same question (is torch_xla usable)", new="is_torch_xla_available"),
     LegacyName("is_tf_available", Kind.TOP_LEVEL, None, "5.0", M, "False",

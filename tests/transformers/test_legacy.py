@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
 import inspect
 import warnings
 from pathlib import Path
@@ -201,6 +202,44 @@ def test_install_serves_load_datasets_removed_keyword_and_uninstall_restores_it(
                                        use_auth_token=None)
         assert builder.config.data_files is not None
     assert (datasets.load_dataset, datasets.load_dataset_builder) == original
+
+
+METRIC = '''"""A local metric script in evaluate's form (the hub's cannot be downloaded in tests)."""
+import datasets
+import evaluate
+
+
+class Exact(evaluate.Metric):
+    def _info(self):
+        features = datasets.Features({"predictions": datasets.Value("int64"), "references": datasets.Value("int64")})
+        return evaluate.MetricInfo(description="exact", citation="", inputs_description="", features=features)
+
+    def _compute(self, predictions, references):
+        return {"exact": sum(p == r for p, r in zip(predictions, references)) / len(references)}
+'''
+
+
+def test_install_serves_datasets_load_metric_with_evaluate_and_takes_it_away(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """datasets 3.0 removed load_metric, which the 4.2x example scripts import; evaluate.load took over."""
+    datasets = pytest.importorskip("datasets", reason="needs datasets (pip install 'shardcompat[test]')")
+    pytest.importorskip("evaluate", reason="needs evaluate (pip install 'shardcompat[test]')")
+    if hasattr(datasets, "load_metric"):
+        pytest.skip(f"datasets {datasets.__version__} still has load_metric: nothing to serve")
+    (tmp_path / "exact").mkdir()
+    (tmp_path / "exact" / "exact.py").write_text(METRIC)
+    monkeypatch.chdir(tmp_path)  # evaluate finds a local metric script by its folder's name
+    with sct.dropins():
+        from datasets import load_metric
+
+        with pytest.warns(FutureWarning, match=r"datasets.load_metric is datasets 2.x API.*evaluate.load"):
+            metric = load_metric("exact", keep_in_memory=True)
+        assert metric.compute(predictions=[1, 2, 3, 4], references=[1, 2, 0, 4]) == {"exact": 0.75}
+        real = importlib.util.find_spec
+        monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "evaluate" else real(name))
+        with pytest.raises(ImportError, match="pip install evaluate"):  # the fallback: says what to install
+            load_metric("exact")
+    assert not hasattr(datasets, "load_metric")
 
 
 def test_every_row_has_a_way_it_is_served() -> None:

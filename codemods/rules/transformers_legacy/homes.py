@@ -10,6 +10,9 @@ and what serves it), the table ``shardcompat run`` serves them by:
 - ``transformers.AdamW`` is torch's ``AdamW`` with 4.30's defaults spelled out (``eps=1e-6``,
   ``weight_decay=0.0``); ``correct_bias=False`` has no torch counterpart and is reported;
 - ``import transformers.deepspeed`` and its dotted uses go to ``transformers.integrations.deepspeed``;
+- a removed ``datasets`` function (``from datasets import load_metric``) is imported from the
+  library that took it over (``from evaluate import load as load_metric``); ``datasets.load_metric``
+  read as an attribute is reported;
 - any other removed name (served by shardcompat's own adapter, or refused) is reported with the
   row's replacement, and the import stays.
 
@@ -73,6 +76,11 @@ def _movable(row: Removed) -> tuple[str, str] | None:
     return (module, attribute) if "." not in attribute else None  # a class's method is no import
 
 
+def _split(target: str) -> tuple[str, str]:
+    module, _, attribute = target.partition(":")
+    return module, attribute
+
+
 def _is_adamw(row: Removed) -> bool:
     return row.pattern.rsplit(".", 1)[-1] == "AdamW" and (row.target or "").endswith(":AdamW")
 
@@ -132,7 +140,7 @@ class TodaysHomes(Rule):
                 or isinstance(statement.names, cst.ImportStar):
             return updated_node
         module = dotted(statement.module)
-        if not module.startswith("transformers") or self.blocked(original_node):
+        if not (module.startswith("transformers") or module == "datasets") or self.blocked(original_node):
             return updated_node
         kept: list[cst.ImportAlias] = []
         moved: dict[str, list[str]] = {}
@@ -167,6 +175,9 @@ class TodaysHomes(Rule):
         """Where ``name`` moves, or None (it stays; a removed one is reported)."""
         if module == _DEEPSPEED:
             return _TODAYS_DEEPSPEED, name
+        if module == "datasets":
+            moved = rows_named(name, Kind.DATASETS_FUNCTION)
+            return None if moved is None or moved.new is None else _split(moved.new)
         if row is None or name in _LEFT_TO_OVERRIDES:
             return None
         if _is_adamw(row):
@@ -195,6 +206,11 @@ class TodaysHomes(Rule):
 
     def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
         spelling = dotted(original_node)
+        if spelling.startswith("datasets.") and not self.blocked(original_node):
+            gone = rows_named(spelling.split(".", 1)[1], Kind.DATASETS_FUNCTION)
+            if gone is not None:
+                self.flag(original_node, UNMIGRATED, f"{spelling}: removed in {gone.removed}; {gone.reason}",
+                          hint=f"instead: {gone.replacement}")
         if not spelling.startswith("transformers.") or self.blocked(original_node):
             return updated_node
         if spelling == _DEEPSPEED:
