@@ -227,3 +227,14 @@ def test_overwrite_output_dir_is_reported_where_the_file_does_not_show_its_datac
     new, result = _migrate(code)
     assert new == code and [w.rule for w in result.warnings] == [UNMIGRATED]
     assert "overwrite_output_dir" in result.warnings[0].message
+
+
+def test_a_mapped_function_loses_the_4x_arguments_todays_does_not_take() -> None:
+    """4.30's trainer_qa.py calls is_torch_tpu_available(check_device=False); today's
+    is_torch_xla_available has no such parameter, and shardcompat run asks it without them too."""
+    code = ("import transformers\nfrom transformers import is_torch_tpu_available as tpu\n\n"
+            "if tpu(check_device=False) or transformers.is_torch_tpu_available(True):\n    pass\n")
+    new, result = _migrate(code)
+    assert not result.warnings
+    assert "if tpu() or transformers.is_torch_xla_available():" in new, new
+    assert "from transformers import is_torch_xla_available as tpu" in new

@@ -27,7 +27,7 @@ from typing import Any, Union
 
 import libcst as cst
 
-from shardcompat.transformers.legacy_table import DATASETS_LOADERS, Kind, LegacyName
+from shardcompat.transformers.legacy_table import DATASETS_LOADERS, Kind, LegacyName, Served
 
 from ..base import Rule, dotted
 from .ownfield import OWN_ROWS, OwnField, own_field
@@ -154,6 +154,7 @@ class TransformersLegacy(Rule):
         except (SyntaxError, ValueError):  # newer syntax than this Python's ast: no whole-file facts
             self.uses, self.declared = {}, set()
         self.renames: dict[str, str] = {}  # local name -> today's name
+        self.questions: set[str] = set()  # local names of mapped functions: today's asks the question bare
         self.constants: dict[str, bool] = {}  # local name -> its answer today
         self.dropped: set[str] = set()  # local names whose call statements go
         self.removed: set[int] = set()  # ids of statements to take out (their comments kept)
@@ -210,6 +211,8 @@ class TransformersLegacy(Rule):
                 kept.append(alias.with_changes(name=cst.Name(plan.name)))
                 if alias.asname is None:
                     self.renames[name] = plan.name
+                if row.served is Served.MAPPED:
+                    self.questions.add(local)
             elif plan.action == "set":
                 self.constants[local] = bool(plan.value)
             else:
@@ -241,6 +244,14 @@ class TransformersLegacy(Rule):
             self.record(original_node.body[0], "", RULE, plan_name(self._row(func)).note)
             self.removed.add(id(updated_node))
         return updated_node
+
+    def _asks_bare(self, old: str) -> bool:
+        """Whether ``old`` (the callee as written) is a mapped function, whose call today takes no arguments."""
+        if old in self.questions:
+            return True
+        receiver, _, name = old.rpartition(".")
+        row = rows_named(name, *_MODULES[receiver]) if receiver in _MODULES else None
+        return row is not None and row.served is Served.MAPPED and row.new is not None
 
     def _row(self, func: str) -> LegacyName:
         name = func.rsplit(".", 1)[-1]
@@ -349,6 +360,12 @@ class TransformersLegacy(Rule):
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         func = dotted(updated_node.func)
+        if updated_node.args and self._asks_bare(dotted(original_node.func)) and not self.blocked(original_node):
+            # 4.x's arguments (is_torch_tpu_available(check_device=False)) have no counterpart in
+            # today's function; shardcompat run answers it without them too.
+            new_call = updated_node.with_changes(args=[])
+            self.record(original_node, new_call, RULE, "today's function asks the same question, without 4.x's arguments")
+            return new_call
         if not updated_node.args:
             constant = self.constants.get(func)
             if constant is None and func.startswith("transformers."):
