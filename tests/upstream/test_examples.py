@@ -12,9 +12,9 @@ examples`` wrote.  For each script:
 - per-step losses, evaluations, metrics and the saved weights must agree.
 
 Models, tokenizers and data are built here (the asset builders of ``test_legacy_scripts``).  The
-hub's metric scripts cannot be downloaded here: ``evaluate.load("accuracy")`` finds a local
-``accuracy/accuracy.py`` (evaluate's own local-script form) in the run's folder, the same file
-for both sides.  Deselected by default (``-m upstream``).
+hub's metric scripts cannot be downloaded here: ``evaluate.load("accuracy")`` (and ``"squad"``)
+finds a local ``accuracy/accuracy.py`` (evaluate's own local-script form, ``metrics/``) in the
+run's folder, the same file for both sides.  Deselected by default (``-m upstream``).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import random
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -37,19 +38,7 @@ pytestmark = pytest.mark.upstream
 transformers = pytest.importorskip("transformers", reason="needs transformers (pip install 'shardcompat[test]')")
 pytest.importorskip("evaluate", reason="the 4.x example scripts import evaluate (pip install evaluate)")
 
-ACCURACY = '''"""A local stand-in for the hub's accuracy metric script (nothing is downloaded in these tests)."""
-import datasets
-import evaluate
-
-
-class Accuracy(evaluate.Metric):
-    def _info(self):
-        features = datasets.Features({"predictions": datasets.Value("int64"), "references": datasets.Value("int64")})
-        return evaluate.MetricInfo(description="accuracy", citation="", inputs_description="", features=features)
-
-    def _compute(self, predictions, references):
-        return {"accuracy": sum(int(p == r) for p, r in zip(predictions, references)) / len(references)}
-'''
+METRICS = Path(__file__).parent / "metrics"  # local stand-ins for the hub's metric scripts
 
 
 def _text_files(root: Path) -> list[str]:
@@ -115,13 +104,59 @@ def _with(build: Callable[[Path], list[str]], *extra: str) -> Callable[[Path], l
     return assets
 
 
-# script (under examples/pytorch) -> (its assets, the model class its output loads with)
-SCRIPTS: dict[str, tuple[Callable[[Path], list[str]], str]] = {
-    "language-modeling/run_clm.py": (_clm_text_assets, "AutoModelForCausalLM"),
-    "language-modeling/run_mlm.py": (_mlm_assets, "AutoModelForMaskedLM"),
-    "text-classification/run_glue.py": (_with(_glue_assets, "--max_seq_length", "16"),
-                                        "AutoModelForSequenceClassification"),
-    "multiple-choice/run_swag.py": (_with(_swag_assets), "AutoModelForMultipleChoice"),
+def _qa_assets(root: Path) -> list[str]:
+    """A tiny BERT for extractive QA; SQuAD-form JSON (``{"data": [...]}``), the answer one word of the context."""
+    import torch
+
+    size = _tokenizer(root / "model")
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=64, max_position_embeddings=32)
+    transformers.BertForQuestionAnswering(config).save_pretrained(root / "model")
+    files = []
+    for split, count in (("train", 32), ("validation", 8)):
+        rng, rows = random.Random(split), []
+        for i in range(count):
+            words = _sentence(rng).split() + _sentence(rng).split()
+            k = rng.randrange(len(words))
+            start = len(" ".join(words[:k])) + (1 if k else 0)
+            rows.append({"id": f"{split}{i}", "title": "t", "context": " ".join(words), "question": f"where {words[k]}",
+                         "answers": {"text": [words[k]], "answer_start": [start]}})
+        (root / f"{split}.json").write_text(json.dumps({"data": rows}))
+        files += [f"--{split}_file", str(root / f"{split}.json")]
+    return ["--model_name_or_path", str(root / "model"), *files, "--max_seq_length", "32", "--doc_stride", "8"]
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """One example script: its assets, the class its output loads with, the metric its evaluations
+    log, and the hand edits after migrating, for what the tool reported ((file, old, new): every
+    ``old`` in the file, at least one)."""
+
+    assets: Callable[[Path], list[str]]
+    model_class: str
+    metric: str = "eval_loss"
+    hand: tuple[tuple[str, str, str], ...] = ()
+    weights: float = 1e-5  # the largest weight difference allowed
+
+
+_LEGACY_LOOP = "self.prediction_loop if self.args.use_legacy_prediction_loop else self.evaluation_loop"
+SCRIPTS: dict[str, Upstream] = {  # under examples/pytorch
+    "language-modeling/run_clm.py": Upstream(_clm_text_assets, "AutoModelForCausalLM"),
+    "language-modeling/run_mlm.py": Upstream(_mlm_assets, "AutoModelForMaskedLM"),
+    "text-classification/run_glue.py": Upstream(_with(_glue_assets, "--max_seq_length", "16"),
+                                                "AutoModelForSequenceClassification"),
+    "multiple-choice/run_swag.py": Upstream(_with(_swag_assets), "AutoModelForMultipleChoice"),
+    # QuestionAnsweringTrainer (trainer_qa.py): a Trainer subclass overriding evaluate and predict
+    # with the 4.x prediction loop; the migrate tool reports both of its 4.x internals.
+    # Its losses agree to the last digit, but qa_outputs.bias's gradient is zero up to rounding (the
+    # bias is added to every position's logit, which the softmax cancels), and Adam's step on it is
+    # the sign of that rounding, which the sharded and the DDP reductions round differently: up to
+    # the learning rate's order (5e-3) times the noise's share, 2e-4 here.
+    "question-answering/run_qa.py": Upstream(_qa_assets, "AutoModelForQuestionAnswering", "eval_f1", hand=(
+        ("trainer_qa.py", _LEGACY_LOOP, "self.evaluation_loop"),
+        ("trainer_qa.py", "if self.args.tpu_metrics_debug or self.args.debug:", "if self.args.debug:"),
+    ), weights=1e-3),
 }
 RUN = ["--do_train", "--do_eval", "--max_steps", "4", "--gradient_accumulation_steps", "2", "--logging_steps", "1",
        "--learning_rate", "5e-3", "--report_to", "none", "--disable_tqdm", "true", "--seed", "0", "--eval_steps", "2",
@@ -149,18 +184,17 @@ def _run(command: list[str], cwd: Path) -> str:
     return output
 
 
-def _history(out: Path) -> tuple[list[float], list[float]]:
+def _history(out: Path, metric: str) -> tuple[list[float], list[float]]:
     history = json.loads((out / "trainer_state.json").read_text())["log_history"]
-    return [e["loss"] for e in history if "loss" in e], [e["eval_loss"] for e in history if "eval_loss" in e]
+    return [e["loss"] for e in history if "loss" in e], [e[metric] for e in history if metric in e]
 
 
 @pytest.mark.parametrize("script", list(SCRIPTS))
 def test_the_upstream_script_runs_unchanged_and_migrated_as_stock(examples: Path, script: str,
                                                                     tmp_path: Path) -> None:
-    build, model_class = SCRIPTS[script]
-    (tmp_path / "accuracy").mkdir()
-    (tmp_path / "accuracy" / "accuracy.py").write_text(ACCURACY)
-    data = build(tmp_path / "assets")
+    case = SCRIPTS[script]
+    shutil.copytree(METRICS, tmp_path, dirs_exist_ok=True)  # evaluate.load("accuracy") finds ./accuracy
+    data = case.assets(tmp_path / "assets")
     folder, name = script.split("/")
     unchanged = _run([sys.executable, "-m", "shardcompat", "run", "--nproc", "2", str(examples / script), *data,
                       *RUN, *LEGACY, "--output_dir", str(tmp_path / "unchanged")], tmp_path)
@@ -172,16 +206,22 @@ def test_the_upstream_script_runs_unchanged_and_migrated_as_stock(examples: Path
     for line in report.splitlines():
         assert not (line.startswith(str(migrated / name)) and "warning" in line), line  # nothing for a person
     assert "evaluation_strategy" not in (migrated / name).read_text()
+    for file, old, new in case.hand:
+        source = (migrated / file).read_text()
+        assert old in source, (file, old)
+        (migrated / file).write_text(source.replace(old, new))
     _run([*TORCHRUN, str(migrated / name), *data, *RUN, *STOCK, "--output_dir", str(tmp_path / "stock")], tmp_path)
 
-    (a_losses, a_evals), (b_losses, b_evals) = _history(tmp_path / "stock"), _history(tmp_path / "unchanged")
+    (a_losses, a_evals), (b_losses, b_evals) = (_history(tmp_path / side, case.metric) for side in ("stock", "unchanged"))
     assert len(a_losses) == len(b_losses) == 4 and len(a_evals) == len(b_evals) == 2, (a_losses, b_losses)
     assert max(abs(a - b) for a, b in zip(a_losses, b_losses)) <= 1e-4, (a_losses, b_losses)
     assert max(abs(a - b) for a, b in zip(a_evals, b_evals)) <= 1e-4, (a_evals, b_evals)
     metrics = [json.loads((tmp_path / side / "eval_results.json").read_text()) for side in ("stock", "unchanged")]
-    assert metrics[0].keys() == metrics[1].keys() and "eval_accuracy" in metrics[0], metrics
-    assert metrics[0]["eval_accuracy"] == metrics[1]["eval_accuracy"]
-    loader = getattr(transformers, model_class)
+    assert metrics[0].keys() == metrics[1].keys(), metrics
+    for key in ("eval_accuracy", "eval_exact_match", "eval_f1"):  # what argmax and post-processing gave
+        assert metrics[0].get(key) == metrics[1].get(key), key
+    assert "eval_accuracy" in metrics[0] or "eval_f1" in metrics[0], metrics
+    loader = getattr(transformers, case.model_class)
     a, b = (loader.from_pretrained(tmp_path / side).state_dict() for side in ("stock", "unchanged"))
     assert a.keys() == b.keys()
-    assert max(float((a[k].float() - b[k].float()).abs().max()) for k in a) <= 1e-5
+    assert max(float((a[k].float() - b[k].float()).abs().max()) for k in a) <= case.weights
