@@ -56,7 +56,7 @@ def test_auto_model_with_lm_head_names_what_it_cannot_load() -> None:
     with sct.dropins():
         from transformers import AutoModelWithLMHead  # type: ignore[attr-defined]
 
-        with pytest.raises(ValueError, match="model type 'llama'.*AutoModelForCausalLM"):
+        with pytest.raises(ValueError, match=r"model type 'llama'.*AutoModelForCausalLM"):
             AutoModelWithLMHead.model_class(types.SimpleNamespace(model_type="llama"))  # after 4.30's table
         with pytest.raises(ImportError, match="TransfoXLLMHeadModel"):  # in 4.30's table, removed since
             AutoModelWithLMHead.model_class(types.SimpleNamespace(model_type="transfo-xl"))

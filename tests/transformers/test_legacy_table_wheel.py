@@ -9,7 +9,12 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from shardcompat.transformers.legacy_survey import Wheel, coverage, installed_surface, lm_head_models
+from shardcompat.transformers.legacy_survey import (
+    Wheel,
+    coverage,
+    installed_surface,
+    lm_head_models,
+)
 
 WHEEL = os.environ.get("SHARDCOMPAT_LEGACY_WHEEL", "")
 

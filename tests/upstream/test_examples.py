@@ -32,7 +32,13 @@ from typing import Any, Callable
 import pytest
 
 from ..transformers._stock import TORCHRUN
-from ..transformers.test_legacy_scripts import _clm_assets, _glue_assets, _jsonl, _sentence, _tokenizer
+from ..transformers.test_legacy_scripts import (
+    _clm_assets,
+    _glue_assets,
+    _jsonl,
+    _sentence,
+    _tokenizer,
+)
 
 pytestmark = pytest.mark.upstream
 transformers = pytest.importorskip("transformers", reason="needs transformers (pip install 'shardcompat[test]')")

@@ -6,11 +6,11 @@ import datasets
 import evaluate
 
 
-def _tokens(text):  # type: ignore[no-untyped-def]
+def _tokens(text):
     return text.lower().split()
 
 
-def _f1(prediction, truth):  # type: ignore[no-untyped-def]
+def _f1(prediction, truth):
     common = collections.Counter(_tokens(prediction)) & collections.Counter(_tokens(truth))
     same = sum(common.values())
     if same == 0:
@@ -20,7 +20,7 @@ def _f1(prediction, truth):  # type: ignore[no-untyped-def]
 
 
 class Squad(evaluate.Metric):
-    def _info(self):  # type: ignore[no-untyped-def]
+    def _info(self):
         features = datasets.Features({
             "predictions": {"id": datasets.Value("string"), "prediction_text": datasets.Value("string")},
             "references": {"id": datasets.Value("string"),
@@ -29,7 +29,7 @@ class Squad(evaluate.Metric):
         })
         return evaluate.MetricInfo(description="squad", citation="", inputs_description="", features=features)
 
-    def _compute(self, predictions, references):  # type: ignore[no-untyped-def]
+    def _compute(self, predictions, references):
         truth = {r["id"]: r["answers"]["text"] for r in references}
         exact = f1 = 0.0
         for p in predictions:
