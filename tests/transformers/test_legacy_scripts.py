@@ -109,18 +109,19 @@ def port(script: str, source: str) -> str:
     return source
 
 
-def _tokenizer(model_dir: Path) -> int:
-    """A word-level tokenizer saved with save_pretrained (BERT's specials, </s> for T5); its size."""
+def _tokenizer(model_dir: Path, mask: bool = False) -> int:
+    """A word-level tokenizer saved with save_pretrained (BERT's specials, </s> for T5, [MASK] for a
+    masked LM); its size."""
     import tokenizers
 
-    vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "</s>", "[MASK]", *WORDS])}
+    vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "</s>", *(["[MASK]"] * mask), *WORDS])}
     backend = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
     backend.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
     backend.post_processor = tokenizers.processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
     transformers.PreTrainedTokenizerFast(
         tokenizer_object=backend, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
-        eos_token="</s>", mask_token="[MASK]").save_pretrained(model_dir)
+        eos_token="</s>", **({"mask_token": "[MASK]"} if mask else {})).save_pretrained(model_dir)
     return len(vocab)
 
 

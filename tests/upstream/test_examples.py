@@ -70,7 +70,7 @@ def _mlm_assets(root: Path) -> list[str]:
     """A tiny BERT masked LM; text files of sentences."""
     import torch
 
-    size = _tokenizer(root / "model")
+    size = _tokenizer(root / "model", mask=True)
     torch.manual_seed(0)
     config = transformers.BertConfig(vocab_size=size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                                      intermediate_size=64, max_position_embeddings=32)
