@@ -66,33 +66,32 @@ def _clm_text_assets(root: Path) -> list[str]:
     return args
 
 
-def _mlm_assets(root: Path) -> list[str]:
-    """A tiny BERT masked LM; text files of sentences."""
+def _bert(root: Path, head: str, mask: bool = False) -> list[str]:
+    """A tiny BERT with ``head`` (``ForMaskedLM``, ...) and its tokenizer in ``root/model``."""
     import torch
 
-    size = _tokenizer(root / "model", mask=True)
+    size = _tokenizer(root / "model", mask=mask)
     torch.manual_seed(0)
     config = transformers.BertConfig(vocab_size=size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                                      intermediate_size=64, max_position_embeddings=32)
-    transformers.BertForMaskedLM(config).save_pretrained(root / "model")
-    return ["--model_name_or_path", str(root / "model"), *_text_files(root), "--max_seq_length", "16"]
+    getattr(transformers, f"Bert{head}")(config).save_pretrained(root / "model")
+    return ["--model_name_or_path", str(root / "model")]
+
+
+def _mlm_assets(root: Path) -> list[str]:
+    """A tiny BERT masked LM; text files of sentences."""
+    return [*_bert(root, "ForMaskedLM", mask=True), *_text_files(root), "--max_seq_length", "16"]
 
 
 def _swag_assets(root: Path) -> list[str]:
     """A tiny BERT multiple-choice model; four endings, the label picks one."""
-    import torch
-
-    size = _tokenizer(root / "model")
-    torch.manual_seed(0)
-    config = transformers.BertConfig(vocab_size=size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                     intermediate_size=64, max_position_embeddings=32)
-    transformers.BertForMultipleChoice(config).save_pretrained(root / "model")
+    model = _bert(root, "ForMultipleChoice")
 
     def row(rng: random.Random) -> dict[str, Any]:
         return {"sent1": _sentence(rng), "sent2": _sentence(rng), **{f"ending{i}": _sentence(rng) for i in range(4)},
                 "label": rng.randrange(4)}
 
-    return ["--model_name_or_path", str(root / "model"), "--train_file", str(_jsonl(root, "train", 32, row)),
+    return [*model, "--train_file", str(_jsonl(root, "train", 32, row)),
             "--validation_file", str(_jsonl(root, "validation", 16, row)), "--max_seq_length", "16"]
 
 
@@ -112,14 +111,7 @@ def _with(build: Callable[[Path], list[str]], *extra: str) -> Callable[[Path], l
 
 def _qa_assets(root: Path) -> list[str]:
     """A tiny BERT for extractive QA; SQuAD-form JSON (``{"data": [...]}``), the answer one word of the context."""
-    import torch
-
-    size = _tokenizer(root / "model")
-    torch.manual_seed(0)
-    config = transformers.BertConfig(vocab_size=size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                     intermediate_size=64, max_position_embeddings=32)
-    transformers.BertForQuestionAnswering(config).save_pretrained(root / "model")
-    files = []
+    files = _bert(root, "ForQuestionAnswering")
     for split, count in (("train", 32), ("validation", 8)):
         rng, rows = random.Random(split), []
         for i in range(count):
@@ -130,7 +122,7 @@ def _qa_assets(root: Path) -> list[str]:
                          "answers": {"text": [words[k]], "answer_start": [start]}})
         (root / f"{split}.json").write_text(json.dumps({"data": rows}))
         files += [f"--{split}_file", str(root / f"{split}.json")]
-    return ["--model_name_or_path", str(root / "model"), *files, "--max_seq_length", "32", "--doc_stride", "8"]
+    return [*files, "--max_seq_length", "32", "--doc_stride", "8"]
 
 
 @dataclass(frozen=True)
