@@ -10,7 +10,8 @@ Three places, each scoped to what the process asked for:
   ``trainer.tokenizer`` as before (:func:`add_trainer_attributes`);
 - :func:`install` (what ``shardcompat run`` and :func:`shardcompat.transformers.install` do) adds
   the removed top-level and ``transformers.utils`` functions, the ``use_auth_token`` keyword of
-  ``from_pretrained`` and of ``datasets.load_dataset`` (every 4.x example script passes it), and (:mod:`._legacy_imports`) the rest of the 4.30 surface the table
+  ``from_pretrained`` and of ``datasets.load_dataset`` (every 4.x example script passes it),
+  ``datasets.load_metric``, and (:mod:`._legacy_imports`) the rest of the 4.30 surface the table
   serves: module names at their 4.x import paths, ``transformers.deepspeed``, class members;
   :func:`uninstall` takes them away again.
 

@@ -359,6 +359,7 @@ MOVED: dict[str, str] = {
     "transformers.MODEL_FOR_VISION_2_SEQ_MAPPING": "transformers:MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING",
     "transformers.Wav2Vec2Tokenizer": "transformers:Wav2Vec2CTCTokenizer",
     "transformers.MT5Tokenizer": "transformers:T5Tokenizer",
+    "transformers.BloomTokenizerFast": "transformers:TokenizersBackend",  # what 5.x's AutoTokenizer maps it to
     "transformers.utils.is_offline_mode": "huggingface_hub",
     "transformers.trainer.get_full_repo_name": f"{_LF}",
     "transformers.utils.cached_property": "functools",
@@ -429,10 +430,6 @@ SERVED_NAMES: tuple[Removed, ...] = (
             "the class 4.30 chose for the config's model type (LM_HEAD_MODELS, read from 4.30.2), loaded by "
             "today's from_pretrained / from_config; a type whose class 5.x removed is refused naming it",
             f"{_LF}:AutoModelWithLMHead", deprecated="<=4.30"),
-    _served("transformers.BloomTokenizerFast", "AutoTokenizer.from_pretrained(...)",
-            "5.x's own AutoTokenizer loads a checkpoint that names BloomTokenizerFast as TokenizersBackend, "
-            "the same tokenizer.json and special tokens; the class is that one", "transformers:TokenizersBackend",
-            served=R),
     _served("transformers.trainer.is_fairscale_available", "importlib.util.find_spec('fairscale') is not None",
             "the same question: is fairscale importable (under shardcompat run the facade answers for it)",
             f"{_LF}:is_fairscale_available"),
