@@ -33,7 +33,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from .legacy_table import SURFACE, Home, Removed, Served
+from .legacy_table import GONE_MODULES, SURFACE, SURVEYED_MODULES, Home, Removed, Served
 
 __all__ = ["LegacyNameGone", "LegacyNameRefused", "install", "refusal", "resolve", "row_for"]
 
@@ -41,8 +41,6 @@ MIGRATE_HINT = "shardcompat-migrate --transformers-legacy PATH writes the new sp
 DOCS = "docs/transformers-legacy.md"
 _ABSENT: Any = object()
 _warned: set[str] = set()
-#: 4.x modules the installed release no longer has, served as modules of forwarding names.
-GONE_MODULES = ("transformers.deepspeed", "transformers.generation_utils")
 
 
 class LegacyNameRefused(ImportError):
@@ -61,7 +59,7 @@ def _module_rows() -> dict[str, list[Removed]]:
             continue  # a class member, or a family the name alone cannot tell
         module = r.pattern.rsplit(".", 1)[0]
         if "*" in module:
-            for m in _SURVEYED:
+            for m in SURVEYED_MODULES:
                 if fnmatch.fnmatchcase(m, module):
                     out.setdefault(m, []).append(r)
         else:
@@ -69,13 +67,9 @@ def _module_rows() -> dict[str, list[Removed]]:
     return out
 
 
-_SURVEYED = ("transformers", "transformers.utils", "transformers.file_utils", "transformers.trainer",
-             "transformers.trainer_utils", "transformers.trainer_pt_utils", "transformers.training_args",
-             "transformers.deepspeed", "transformers.optimization", "transformers.modeling_utils",
-             "transformers.pytorch_utils", "transformers.data.data_collator")
 #: Every module hooked: the surveyed ones, and those of the served rows beyond them
 #: (``transformers.models.gpt2.tokenization_gpt2.bytes_to_unicode``, ``transformers.generation_utils``).
-_MODULES_SURVEYED = tuple(dict.fromkeys(_SURVEYED + tuple(
+_MODULES_SURVEYED = tuple(dict.fromkeys(SURVEYED_MODULES + tuple(
     r.pattern.rsplit(".", 1)[0] for r in SURFACE
     if r.pattern.startswith("transformers.") and r.served is not Served.REFUSED and "*" not in r.pattern)))
 _HOOKED = frozenset(_MODULES_SURVEYED)

@@ -32,11 +32,12 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from .legacy_table import SURVEYED_MODULES
+
 __all__ = ["CLASSES", "MODULES", "Name", "coverage", "installed_surface", "lm_head_models", "old_surface", "removed"]
 
 #: The modules whose public names are compared (``""`` is ``transformers`` itself).
-MODULES = ("", "utils", "file_utils", "trainer", "trainer_utils", "trainer_pt_utils", "training_args", "deepspeed",
-           "optimization", "modeling_utils", "pytorch_utils", "data.data_collator")
+MODULES = tuple(m.removeprefix("transformers").lstrip(".") for m in SURVEYED_MODULES)
 #: The classes whose public methods, keywords and attributes are compared, by 4.30's module.
 CLASSES = {
     "Trainer": "trainer",

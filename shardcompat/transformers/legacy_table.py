@@ -26,7 +26,7 @@ import dataclasses
 import enum
 from typing import Any, Optional
 
-__all__ = ["DATASETS_LOADERS", "FIELDS", "NOT_GIVEN", "ROWS", "Kind", "LegacyName", "Served", "by_kind", "precise_family", "row"]
+__all__ = ["DATASETS_LOADERS", "FIELDS", "GONE_MODULES", "NOT_GIVEN", "ROWS", "SURVEYED_MODULES", "Kind", "LegacyName", "Served", "by_kind", "precise_family", "row"]
 
 
 class Kind(str, enum.Enum):
@@ -868,11 +868,14 @@ COVERAGE: dict[str, Any] = {
 }
 
 
-#: The modules whose names the survey compares; today's release still has each of them.
-_TODAYS_MODULES = frozenset({"transformers", "transformers.utils", "transformers.file_utils", "transformers.trainer",
-                             "transformers.trainer_utils", "transformers.trainer_pt_utils", "transformers.training_args",
-                             "transformers.optimization", "transformers.modeling_utils", "transformers.pytorch_utils",
-                             "transformers.data.data_collator"})
+#: The modules whose public names the survey compares, the import hook serves and the docs count.
+SURVEYED_MODULES = ("transformers", "transformers.utils", "transformers.file_utils", "transformers.trainer",
+                    "transformers.trainer_utils", "transformers.trainer_pt_utils", "transformers.training_args",
+                    "transformers.deepspeed", "transformers.optimization", "transformers.modeling_utils",
+                    "transformers.pytorch_utils", "transformers.data.data_collator")
+#: 4.x modules the installed release no longer has, served as modules of forwarding names.
+GONE_MODULES = ("transformers.deepspeed", "transformers.generation_utils")
+_TODAYS_MODULES = frozenset(SURVEYED_MODULES) - frozenset(GONE_MODULES)
 
 
 def precise_family(r: Removed) -> bool:
@@ -942,9 +945,7 @@ def lookup(name: Any, rows: tuple[Removed, ...] | None = None) -> LegacyName | R
         if r.gone_model and not _gone_model(name.origin):
             continue
         if r.alias is not None:
-            prefix = spelling.rsplit(".", 1)[0]
             aliased = dataclasses.replace(name, where=r.alias) if hasattr(name, "where") else name
-            del prefix
             return lookup(aliased, rows)
         return r
     return None
