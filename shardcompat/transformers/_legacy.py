@@ -67,7 +67,8 @@ def _warn(row: LegacyName, stacklevel: int = 3) -> None:
         how = f"it has no effect here: {row.reason}. Drop it"
     else:
         how = f"shardcompat serves it as {row.replacement} ({row.reason}). Write {row.replacement}"
-    api = "datasets 2.x" if row.kind in (Kind.DATASETS, Kind.DATASETS_FUNCTION) else "Transformers 4.x"
+    api = (f"datasets {int(row.removed.split()[-1].split('.')[0]) - 1}.x"  # the release before its removal
+           if row.kind in (Kind.DATASETS, Kind.DATASETS_FUNCTION) else "Transformers 4.x")
     warnings.warn(
         f"{_spelling(row)} is {api} API (removed in {row.removed}); {how} "
         f"({MIGRATE_HINT}; every name: docs/transformers-legacy.md).",
@@ -314,11 +315,22 @@ def _serve_datasets(done: list[tuple[Any, str, Any]]) -> None:
             done.append((datasets, r.name, _ABSENT))
 
 
-def _datasets_function(r: LegacyName) -> Callable[..., Any]:
-    """A removed ``datasets`` function, served by :mod:`._legacy_functions`' adapter of that name."""
+def _datasets_function(r: LegacyName) -> Any:
+    """A removed ``datasets`` function, served by :mod:`._legacy_functions`' adapter of that name;
+    a moved class (``ArrowWriter``) is the class at its home, subclassed to warn when built."""
     from . import _legacy_functions
 
-    adapter = getattr(_legacy_functions, r.name)
+    adapter = getattr(_legacy_functions, r.name, None)
+    if adapter is None:
+        assert r.new is not None, f"datasets.{r.name} needs an adapter or a home"
+        module, attribute = r.new.split(":")
+        home = getattr(importlib.import_module(module), attribute)
+
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            _warn(r)
+            home.__init__(self, *args, **kwargs)
+
+        return type(r.name, (home,), {"__init__": __init__, "__doc__": home.__doc__, "__module__": "datasets"})
 
     @functools.wraps(adapter)
     def served(*args: Any, **kwargs: Any) -> Any:

@@ -193,15 +193,27 @@ def load_metric(path: str, config_name: str | None = None, process_id: int = 0, 
                 **init_kwargs: Any) -> Any:
     """datasets 2.x's ``load_metric`` call form on ``evaluate.load``, its successor (same metric
     scripts and keywords; only the third positional argument differs, so all go by keyword)."""
-    if importlib.util.find_spec("evaluate") is None:
-        raise ImportError("datasets.load_metric was removed in datasets 3.0; shardcompat serves it with its "
-                          "successor evaluate.load, which is not installed: pip install evaluate")
-    import evaluate
-
-    return evaluate.load(path, config_name, process_id=process_id, num_process=num_process, cache_dir=cache_dir,
+    return _evaluate("load_metric", "load").load(path, config_name, process_id=process_id, num_process=num_process, cache_dir=cache_dir,
                          experiment_id=experiment_id, keep_in_memory=keep_in_memory,
                          download_config=download_config, download_mode=download_mode, revision=revision,
                          **init_kwargs)
+
+
+def list_metrics(with_community_metrics: bool = True, with_details: bool = False) -> list[Any]:
+    """datasets 2.x's ``list_metrics`` on evaluate's ``list_evaluation_modules``: the metrics alone,
+    as it listed them."""
+    return _evaluate("list_metrics", "list_evaluation_modules").list_evaluation_modules(  # type: ignore[no-any-return]
+        module_type="metric", include_community=with_community_metrics, with_details=with_details)
+
+
+def _evaluate(name: str, successor: str) -> Any:
+    """The evaluate library, which took over datasets' metrics; without it, what to install."""
+    if importlib.util.find_spec("evaluate") is None:
+        raise ImportError(f"datasets.{name} was removed in datasets 3.0; shardcompat serves it with its "
+                          f"successor evaluate.{successor}, which is not installed: pip install evaluate")
+    import evaluate
+
+    return evaluate
 
 
 # ---------------------------------------------------------------------- classes

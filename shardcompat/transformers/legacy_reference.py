@@ -24,7 +24,8 @@ def _replacement(r: LegacyName) -> str:
     text = r.replacement
     if not text:
         return "—"
-    code = text.startswith(("--", "TENSORBOARD")) or text.endswith(("=", ")")) or text in ("True", "False")
+    code = (text.startswith(("--", "TENSORBOARD")) or text.endswith(("=", ")")) or text in ("True", "False")
+            or text.replace(".", "").replace("_", "").isalnum())  # a dotted name
     return _cell(f"`{text}`" if code else text)
 
 

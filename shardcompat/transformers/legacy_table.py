@@ -36,7 +36,7 @@ class Kind(str, enum.Enum):
     TRAINER = "Trainer keyword"
     FROM_PRETRAINED = "from_pretrained keyword"
     DATASETS = "datasets keyword"  # of DATASETS_LOADERS: every 4.x example script calls them
-    DATASETS_FUNCTION = "datasets function"  # ``new``: "module:attribute" of the library that took it over
+    DATASETS_FUNCTION = "datasets function"  # or class; ``new``: "module:attribute" where it lives today, if a drop-in
     TOP_LEVEL = "top-level import"
     UTILS = "transformers.utils import"
 
@@ -192,6 +192,12 @@ OTHERS: tuple[LegacyName, ...] = (
                "the metrics moved to the evaluate library, whose load takes the same metric names and keywords "
                "(pip install evaluate; load_metric's third positional argument, process_id, goes by keyword)",
                new="evaluate:load"),
+    LegacyName("list_metrics", Kind.DATASETS_FUNCTION, "datasets 2.5", "datasets 3.0", M,
+               'evaluate.list_evaluation_modules(module_type="metric")',
+               "the metrics moved to the evaluate library, which lists them among its other modules "
+               "(pip install evaluate; the keyword with_community_metrics is include_community there)"),
+    LegacyName("ArrowWriter", Kind.DATASETS_FUNCTION, None, "datasets 2.0", R, "datasets.arrow_writer.ArrowWriter",
+               "the same class, no longer exported at the top level", new="datasets.arrow_writer:ArrowWriter"),
     LegacyName("is_torch_tpu_available", Kind.TOP_LEVEL, "4.39", "4.51", M, "is_torch_xla_available()",
                "the same question (is torch_xla usable)", new="is_torch_xla_available"),
     LegacyName("is_tf_available", Kind.TOP_LEVEL, None, "5.0", M, "False",
@@ -892,7 +898,8 @@ def precise_family(r: Removed) -> bool:
 
 
 def _field_rows(name: Any) -> LegacyName | None:
-    """The rows of the first table (fields, Trainer keywords, from_pretrained, top level, utils) for a surveyed name."""
+    """The rows of the first table (fields, Trainer keywords, from_pretrained, top level, utils, datasets) for a
+    surveyed name."""
     where, what, n = name.where, name.what, name.name
     keyword = n.rstrip(")").split("(")[1] if what == "keyword" else None
     method = n.split("(")[0]
@@ -907,6 +914,8 @@ def _field_rows(name: Any) -> LegacyName | None:
         candidates.append((n, Kind.TOP_LEVEL))
     elif where in ("transformers.utils", "transformers.file_utils"):
         candidates.append((n, Kind.UTILS))
+    elif where == "datasets":
+        candidates.append((keyword, Kind.DATASETS) if keyword else (n, Kind.DATASETS_FUNCTION))
     for cand, kind in candidates:
         for r in ROWS:
             if r.name == cand and r.kind is kind:

@@ -8,7 +8,9 @@ use it, with the table's row for it: *served*, *refused* (the replacement is nam
 *unlisted* (a name the table misses: a gap to fix).  The files are read with :mod:`ast`, never
 imported; what counts as a use is what ``shardcompat run`` serves: ``from transformers... import
 NAME``, ``transformers.NAME``, ``TrainingArguments(FIELD=...)`` and a read of ``args.FIELD`` on an
-arguments object.  ``--wheel`` (the old release's wheel) names where 4.x defined each top-level
+arguments object; and of ``datasets``, which every 4.x example script calls: ``from datasets import
+NAME``, ``datasets.NAME``, and a keyword of the table's (``use_auth_token=``) in a call of its
+loaders (``load_dataset``), compared against the installed ``datasets``.  ``--wheel`` (the old release's wheel) names where 4.x defined each top-level
 name, which some family rows (removed models, classes that needed TensorFlow) are matched by;
 without it only the families a pattern alone decides match (:func:`.legacy_table.precise_family`).
 """
@@ -31,6 +33,7 @@ from .legacy_survey import Name, Wheel, _installed_has, installed_surface, old_s
 __all__ = ["Use", "main", "names_used", "usage"]
 
 _SKIP_DIRS = {".git", "__pycache__", ".venv", "node_modules", ".tox", ".nox"}
+_LIBRARIES = ("transformers", "datasets")
 
 
 @dataclasses.dataclass
@@ -57,15 +60,16 @@ def _python_files(paths: Iterable[Path]) -> Iterator[Path]:
 
 
 def names_used(code: str) -> set[Name]:
-    """The Transformers names ``code`` uses where ``shardcompat run`` serves them."""
+    """The Transformers and ``datasets`` names ``code`` uses where ``shardcompat run`` serves them."""
     tree = ast.parse(code)
+    modules = _imported_libraries(tree)
     found: set[Name] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and not node.level \
-                and (node.module == "transformers" or node.module.startswith("transformers.")):
+                and (node.module in _LIBRARIES or node.module.startswith("transformers.")):
             found |= {Name(node.module, a.name) for a in node.names if a.name != "*"}
-        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "transformers":
-            found.add(Name("transformers", node.attr))
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules:
+            found.add(Name(node.value.id, node.attr))
         elif isinstance(node, ast.Attribute) and "args" in ast.unparse(node.value).rsplit(".", 1)[-1]:
             found.add(Name("TrainingArguments", f"__init__({node.attr})", "keyword"))
         elif isinstance(node, ast.Call):
@@ -73,6 +77,53 @@ def names_used(code: str) -> set[Name]:
             callee = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
             if callee.endswith("TrainingArguments"):
                 found |= {Name("TrainingArguments", f"__init__({k.arg})", "keyword") for k in node.keywords if k.arg}
+    return found | _loader_keywords(tree, modules)
+
+
+def _imported_libraries(tree: ast.AST) -> set[str]:
+    """The libraries whose name the file binds to the library alone (``import datasets``), never to
+    anything else: 4.x scripts call their loaded data ``datasets``, and ``datasets.map`` is no API."""
+    imported: set[str] = set()
+    other: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                top = a.name.split(".")[0]
+                (imported if a.asname is None else other).add(top if a.asname is None else a.asname)
+        elif isinstance(node, ast.ImportFrom):
+            other |= {a.asname or a.name for a in node.names}
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            other.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            other.add(node.name)
+        elif isinstance(node, ast.arg):
+            other.add(node.arg)
+    return {name for name in _LIBRARIES if name in imported and name not in other}
+
+
+def _loader_keywords(tree: ast.AST, modules: set[str]) -> set[Name]:
+    """The table's ``datasets`` keywords in calls of its loaders: ``datasets.load_dataset(...)``, or
+    a name imported from ``datasets`` (a script's own ``load_dataset`` is not one)."""
+    from .legacy_table import DATASETS_LOADERS, Kind, by_kind
+
+    keywords = {r.name for r in by_kind(Kind.DATASETS)}
+    bound = {a.asname or a.name: a.name for node in ast.walk(tree)
+             if isinstance(node, ast.ImportFrom) and node.module == "datasets" and not node.level
+             for a in node.names if a.name in DATASETS_LOADERS}
+    found: set[Name] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Name):
+            loader = bound.get(func.id)
+        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and "datasets" in modules \
+                and func.value.id == "datasets":
+            loader = func.attr if func.attr in DATASETS_LOADERS else None
+        else:
+            loader = None
+        if loader:
+            found |= {Name("datasets", f"{loader}({k.arg})", "keyword") for k in node.keywords if k.arg in keywords}
     return found
 
 
@@ -115,6 +166,8 @@ def usage(paths: Iterable[Path], wheel: Wheel | None = None) -> list[Use]:
 def _has(installed: dict[str, Any], name: Name) -> bool:
     """Whether the installed release has ``name``: from the survey's cache for its modules and
     classes, by importing the module for any other (``transformers.utils.versions``)."""
+    if name.where == "datasets":
+        return _datasets_has(name)
     if _installed_has(installed, name):
         return True
     if not name.where.startswith("transformers"):
@@ -126,6 +179,22 @@ def _has(installed: dict[str, Any], name: Name) -> bool:
     except Exception:  # a module that fails to import here is not one a script can use
         return False
     return hasattr(module, name.name)
+
+
+def _datasets_has(name: Name) -> bool:
+    """Whether the installed ``datasets`` has the name, by the probe ``shardcompat run`` serves it
+    by (no ``datasets`` here: nothing to compare against, so nothing counts as removed)."""
+    from ._legacy import _mentions
+
+    try:
+        datasets = importlib.import_module("datasets")
+    except ImportError:
+        return True
+    if name.what != "keyword":
+        return hasattr(datasets, name.name)
+    loader, keyword = name.name.rstrip(")").split("(")
+    fn = getattr(datasets, loader, None)
+    return fn is None or _mentions(sys.modules[fn.__module__], keyword)
 
 
 def _declared_field(name: Name, installed: dict[str, Any]) -> bool:

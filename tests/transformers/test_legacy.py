@@ -242,6 +242,44 @@ def test_install_serves_datasets_load_metric_with_evaluate_and_takes_it_away(
     assert not hasattr(datasets, "load_metric")
 
 
+def test_install_serves_datasets_list_metrics_as_evaluates_metric_listing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """datasets 3.0 removed list_metrics (4.x's self-training example asserts its metric is listed)."""
+    datasets = pytest.importorskip("datasets", reason="needs datasets (pip install 'shardcompat[test]')")
+    evaluate = pytest.importorskip("evaluate", reason="needs evaluate (pip install 'shardcompat[test]')")
+    if hasattr(datasets, "list_metrics"):
+        pytest.skip(f"datasets {datasets.__version__} still has list_metrics: nothing to serve")
+    asked: list[dict[str, Any]] = []
+    # evaluate lists its modules from the Hub, which this machine cannot reach: a stand-in records the question
+    monkeypatch.setattr(evaluate, "list_evaluation_modules", lambda **kw: asked.append(kw) or ["accuracy", "f1"])
+    with sct.dropins():
+        with pytest.warns(FutureWarning, match=r"datasets.list_metrics is datasets 2.x API.*list_evaluation_modules"):
+            assert "accuracy" in datasets.list_metrics()
+        datasets.list_metrics(with_community_metrics=False, with_details=True)
+    assert asked == [{"module_type": "metric", "include_community": True, "with_details": False},
+                     {"module_type": "metric", "include_community": False, "with_details": True}]
+    assert not hasattr(datasets, "list_metrics")
+
+
+def test_install_serves_datasets_arrow_writer_from_its_home_and_the_file_reads_back(tmp_path: Path) -> None:
+    """datasets 2.0 stopped exporting ArrowWriter at the top level (4.x's lxmert/visual_bert extractors use it)."""
+    datasets = pytest.importorskip("datasets", reason="needs datasets (pip install 'shardcompat[test]')")
+    if hasattr(datasets, "ArrowWriter"):
+        pytest.skip(f"datasets {datasets.__version__} still exports ArrowWriter: nothing to serve")
+    from datasets.arrow_writer import ArrowWriter
+
+    features = datasets.Features({"img_id": datasets.Value("string"), "num_boxes": datasets.Value("int32")})
+    with sct.dropins():
+        with pytest.warns(FutureWarning, match=r"datasets.ArrowWriter is datasets 1.x API.*datasets.arrow_writer"):
+            writer = datasets.ArrowWriter(features=features, path=str(tmp_path / "boxes.arrow"))
+        assert isinstance(writer, ArrowWriter) and isinstance(writer, datasets.ArrowWriter)
+        for i in range(3):
+            writer.write({"img_id": f"img{i}", "num_boxes": 36 + i})
+        assert writer.finalize()[0] == 3
+    assert not hasattr(datasets, "ArrowWriter")
+    read = datasets.Dataset.from_file(str(tmp_path / "boxes.arrow"))
+    assert read["num_boxes"] == [36, 37, 38] and read.features == features
+
+
 def test_every_row_has_a_way_it_is_served() -> None:
     for r in ROWS:
         assert r.served in Served and r.reason

@@ -4,6 +4,8 @@ uses, ranked by use, with the legacy table's row for each; an unlisted one fails
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import inspect
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +36,41 @@ def test_the_uses_it_counts_are_the_ones_shardcompat_run_serves() -> None:
             Name("TrainingArguments", "__init__(evaluation_strategy)", "keyword"),
             Name("TrainingArguments", "__init__(no_cuda)", "keyword")} <= found
     assert not any(n.name == "name" or "(name)" in n.name for n in found)  # self.name is no arguments read
+
+
+def test_datasets_uses_count_where_the_name_is_the_library_and_the_call_its_loader() -> None:
+    code = ("import datasets\nfrom datasets import load_dataset as ld, load_metric\n\n\n"
+            "def load_dataset(path, use_auth_token=None):  # the script's own loader\n    return path\n\n\n"
+            "raw = ld('text', data_files='t.txt', use_auth_token=True, keep_linebreaks=True)\n"
+            "builder = datasets.load_dataset_builder('x', use_auth_token=None)\n"
+            "mine = load_dataset('y', use_auth_token=False)\nok = datasets.list_metrics()\n")
+    found = {n for n in names_used(code) if n.where == "datasets"}
+    assert found == {Name("datasets", "load_dataset"), Name("datasets", "load_metric"),
+                     Name("datasets", "list_metrics"), Name("datasets", "load_dataset_builder"),
+                     Name("datasets", "load_dataset(use_auth_token)", "keyword"),
+                     Name("datasets", "load_dataset_builder(use_auth_token)", "keyword")}, found
+    # 4.x's run_glue called its loaded data `datasets`; pplm's `datasets` is torchtext's
+    for other in ("datasets = load_dataset('glue', 'mrpc')\nx = datasets.map(f)\n",
+                  "import datasets\ndatasets = datasets.load_dataset('glue')\nx = datasets.keys()\n",
+                  "from torchtext import datasets\nx = datasets.SST.splits(t, l)\n",
+                  "import torchtext.datasets as datasets\nx = datasets.load_dataset('x', use_auth_token=1)\n"):
+        assert not any(n.where == "datasets" for n in names_used(other)), other
+
+
+@pytest.mark.skipif(importlib.util.find_spec("datasets") is None, reason="compares against the installed datasets")
+def test_removed_datasets_names_are_found_against_the_installed_datasets(tmp_path: Path) -> None:
+    import datasets
+
+    (tmp_path / "run.py").write_text("import datasets\nfrom datasets import load_dataset, load_metric\n"
+                                     "raw = load_dataset('csv', data_files='t.csv', use_auth_token=None)\n"
+                                     "ok = 'f1' in datasets.list_metrics()\nw = datasets.ArrowWriter(path='x')\n")
+    found = {u.name.spelling: u.served for u in usage([tmp_path])}
+    expected = {"datasets.load_metric": "mapped", "datasets.list_metrics": "mapped", "datasets.ArrowWriter": "renamed",
+                "datasets.load_dataset(use_auth_token=)": "renamed"}
+    expected = {k: v for k, v in expected.items()  # what the installed release still has is not removed
+                if not (hasattr(datasets, k.split(".")[1]) if "(" not in k
+                        else "use_auth_token" in inspect.signature(datasets.load_dataset).parameters)}
+    assert found == expected
 
 
 @on_a_5x_release

@@ -98,8 +98,8 @@ def has_rule(row: LegacyName) -> bool:
         if row.served is Served.MAPPED:
             return bool(row.values) or row.name in _SPECIAL
         return row.served in (Served.RENAMED, Served.NO_OP, Served.REFUSED)
-    if row.kind is Kind.DATASETS_FUNCTION:  # .homes imports it from its new library
-        return row.new is not None and ":" in row.new
+    if row.kind is Kind.DATASETS_FUNCTION:  # .homes imports it from its new home, or reports it (no drop-in)
+        return row.new is None or ":" in row.new
     if row.kind in (Kind.TRAINER, Kind.FROM_PRETRAINED, Kind.DATASETS):
         return row.served is Served.RENAMED and row.new is not None
     if row.kind in (Kind.TOP_LEVEL, Kind.UTILS):
