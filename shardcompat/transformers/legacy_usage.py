@@ -22,6 +22,7 @@ import ast
 import dataclasses
 import fnmatch
 import importlib
+import inspect
 import json
 import sys
 from collections.abc import Iterable, Iterator
@@ -178,7 +179,32 @@ def _has(installed: dict[str, Any], name: Name) -> bool:
         return not (error.name or "").startswith("transformers")
     except Exception:  # a module that fails to import here is not one a script can use
         return False
-    return hasattr(module, name.name)
+    return hasattr(module, name.name) or _defines(module, name.name)
+
+
+def _defines(module: Any, name: str) -> bool:
+    """Whether the module's source binds ``name`` at its top level, under a condition this machine
+    does not meet (``image_utils.PILImageResampling`` needs Pillow, in 4.30 as today)."""
+    try:
+        body = ast.parse(inspect.getsource(module)).body
+    except (OSError, TypeError, SyntaxError):
+        return False
+    while body:
+        node, body = body[0], body[1:]
+        if isinstance(node, (ast.If, ast.Try)):
+            body += [*node.body, *node.orelse, *getattr(node, "finalbody", []),
+                     *(s for h in getattr(node, "handlers", []) for s in h.body)]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if node.name == name:
+                return True
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            if any((a.asname or a.name.split(".")[0]) == name for a in node.names):
+                return True
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                return True
+    return False
 
 
 def _datasets_has(name: Name) -> bool:

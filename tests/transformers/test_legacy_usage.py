@@ -73,6 +73,14 @@ def test_removed_datasets_names_are_found_against_the_installed_datasets(tmp_pat
     assert found == expected
 
 
+def test_a_name_the_installed_module_defines_under_a_condition_is_not_removed(tmp_path: Path) -> None:
+    """image_utils.PILImageResampling needs Pillow, in 4.30 as in today's release: not a removed name."""
+    (tmp_path / "vision.py").write_text("from transformers.image_utils import PILImageResampling\n"
+                                        "from transformers.image_utils import NO_SUCH_NAME_EVER\n")
+    found = {u.name.spelling for u in usage([tmp_path])}
+    assert found == {"transformers.image_utils.NO_SUCH_NAME_EVER"}, found
+
+
 @on_a_5x_release
 def test_every_removed_name_the_era_scripts_here_use_is_served() -> None:
     uses = usage([SCRIPTS])
