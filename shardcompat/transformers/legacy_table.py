@@ -422,6 +422,11 @@ def _refused(pattern: str, replacement: str, reason: str, home: Home = Home.NONE
 _NO_TF = "5.x is PyTorch only (no TensorFlow, no Flax)"
 _FALSE = f"{_LF}:answer_false"
 _TRUE = f"{_LF}:answer_true"
+_WWM = "DataCollatorForLanguageModeling(tokenizer, whole_word_mask=True)"
+_WWM_WHY = ("4.30's masks: WordPiece words and the script's chinese_ref pieces, drawn from the same generators "
+            "in the same order (written with torch); 5.x finds words from the tokenizer's offsets instead, "
+            "which 4.30's Chinese reference data does not carry, and masks differently")
+_WWM_AT = "shardcompat.transformers._legacy_collator:DataCollatorForWholeWordMask"
 
 SERVED_NAMES: tuple[Removed, ...] = (
     # module names with today's behaviour (shardcompat._legacy_functions holds the small adapters)
@@ -436,6 +441,8 @@ SERVED_NAMES: tuple[Removed, ...] = (
             "the class 4.30 chose for the config's model type (LM_HEAD_MODELS, read from 4.30.2), loaded by "
             "today's from_pretrained / from_config; a type whose class 5.x removed is refused naming it",
             f"{_LF}:AutoModelWithLMHead", deprecated="<=4.30"),
+    _served("transformers.DataCollatorForWholeWordMask", _WWM, _WWM_WHY, _WWM_AT),
+    _served("transformers.data.data_collator.DataCollatorForWholeWordMask", _WWM, _WWM_WHY, _WWM_AT),
     _served("transformers.trainer.is_fairscale_available", "importlib.util.find_spec('fairscale') is not None",
             "the same question: is fairscale importable (under shardcompat run the facade answers for it)",
             f"{_LF}:is_fairscale_available"),
@@ -611,13 +618,6 @@ REFUSED_NAMES: tuple[Removed, ...] = (
              "4.30 already deprecated it; the sentence-order labels need the script's own collator"),
     _refused("transformers.DataCollatorForSOP", "DataCollatorForLanguageModeling",
              "4.30 already deprecated it; the sentence-order labels need the script's own collator"),
-    _refused("transformers.data.data_collator.DataCollatorForWholeWordMask",
-             "DataCollatorForLanguageModeling(tokenizer, whole_word_mask=True)",
-             "5.x masks whole words inside DataCollatorForLanguageModeling, from the tokenizer's offsets "
-             "instead of 4.30's Chinese reference files, so the masks differ"),
-    _refused("transformers.DataCollatorForWholeWordMask",
-             "DataCollatorForLanguageModeling(tokenizer, whole_word_mask=True)",
-             "5.x masks whole words inside DataCollatorForLanguageModeling, with different masks"),
     _refused("transformers.data.data_collator.tf_default_data_collator", "default_data_collator", _NO_TF),
     _refused("transformers.data.data_collator.tolist", "x.tolist()", "a private helper of the 4.30 collators"),
     _refused("transformers.modeling_utils.find_pruneable_heads_and_indices", "none (5.x removed head pruning)",
@@ -858,8 +858,8 @@ COVERAGE: dict[str, Any] = {
         "Seq2SeqTrainer": (20, 9, 11, 0),
         "Trainer": (20, 9, 11, 0),
         "TrainingArguments": (63, 61, 2, 0),
-        "transformers": (1336, 94, 1242, 0),
-        "transformers.data.data_collator": (6, 2, 4, 0),
+        "transformers": (1336, 95, 1241, 0),
+        "transformers.data.data_collator": (6, 3, 3, 0),
         "transformers.deepspeed": (15, 15, 0, 0),
         "transformers.file_utils": (29, 26, 3, 0),
         "transformers.modeling_utils": (45, 26, 19, 0),
