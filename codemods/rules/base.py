@@ -25,7 +25,25 @@ from ..run.context import Settings
 from ..run.report import Edit, Finding
 from .sharded_ddp.flags import FLAG, HINTS
 
-__all__ = ["Records", "Rule", "dotted", "prepare", "quote", "run"]
+__all__ = ["NodeSet", "Records", "Rule", "dotted", "prepare", "quote", "run"]
+
+
+class NodeSet:
+    """Nodes of the tree a rule is rebuilding, by identity, each held while it is in the set.
+
+    libcst frees the nodes a transform replaces, and a node made later may get a freed one's
+    ``id``: a set of ids once took a script's ``main()`` call for a removed statement.  Original
+    nodes need none of this (the original tree lives through the traversal); new ones do.
+    """
+
+    def __init__(self) -> None:
+        self._nodes: dict[int, cst.CSTNode] = {}
+
+    def add(self, node: cst.CSTNode) -> None:
+        self._nodes[id(node)] = node
+
+    def __contains__(self, node: object) -> bool:
+        return self._nodes.get(id(node)) is node
 
 
 @dataclass

@@ -29,7 +29,7 @@ import libcst as cst
 
 from shardcompat.transformers.legacy_table import DATASETS_LOADERS, Kind, LegacyName, Served
 
-from ..base import Rule, dotted
+from ..base import NodeSet, Rule, dotted
 from .ownfield import OWN_ROWS, OwnField, own_field
 from .plans import NAMES, NOT_LITERAL, REMOVED_TOP_LEVEL, Plan, plan_field, plan_name, rows_named
 
@@ -157,9 +157,9 @@ class TransformersLegacy(Rule):
         self.questions: set[str] = set()  # local names of mapped functions: today's asks the question bare
         self.constants: dict[str, bool] = {}  # local name -> its answer today
         self.dropped: set[str] = set()  # local names whose call statements go
-        self.removed: set[int] = set()  # ids of statements to take out (their comments kept)
+        self.removed = NodeSet()  # statements to take out (their comments kept)
         self.skip_names: set[int] = set()
-        self.emptied: set[int] = set()  # ids of imports left with no name
+        self.emptied = NodeSet()  # imports left with no name
 
     # ------------------------------------------------------------------ helpers
     def _warn(self, node: cst.CSTNode, plan: Plan, what: str) -> None:
@@ -222,7 +222,7 @@ class TransformersLegacy(Rule):
         names = _tidy(kept, list(updated_node.names))
         if not names:  # the statement goes (an import needs a name): see leave_SimpleStatementLine
             self.record(original_node, "", RULE, "nothing left to import")
-            self.emptied.add(id(updated_node))
+            self.emptied.add(updated_node)
             return updated_node
         new = updated_node.with_changes(names=names)
         self.record(original_node, new, RULE, "today's names")
@@ -231,8 +231,8 @@ class TransformersLegacy(Rule):
     def leave_SimpleStatementLine(self, original_node: cst.SimpleStatementLine,
                                   updated_node: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
         body = updated_node.body
-        if len(body) == 1 and id(body[0]) in self.emptied:
-            self.removed.add(id(updated_node))
+        if len(body) == 1 and body[0] in self.emptied:
+            self.removed.add(updated_node)
             return updated_node
         if len(body) != 1 or not isinstance(body[0], cst.Expr) or not isinstance(body[0].value, cst.Call):
             return updated_node
@@ -242,7 +242,7 @@ class TransformersLegacy(Rule):
             if self.blocked(original_node):
                 return updated_node
             self.record(original_node.body[0], "", RULE, plan_name(self._row(func)).note)
-            self.removed.add(id(updated_node))
+            self.removed.add(updated_node)
         return updated_node
 
     def _asks_bare(self, old: str) -> bool:
@@ -271,7 +271,7 @@ class TransformersLegacy(Rule):
         out: list[Any] = []
         carry: list[cst.EmptyLine] = []
         for statement in body:
-            if id(statement) in self.removed:
+            if statement in self.removed:
                 carry += list(statement.leading_lines)
                 continue
             if carry:
@@ -281,7 +281,7 @@ class TransformersLegacy(Rule):
         return out, carry
 
     def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock) -> cst.IndentedBlock:
-        if not any(id(s) in self.removed for s in updated_node.body):
+        if not any(s in self.removed for s in updated_node.body):
             return updated_node
         body, carry = self._without_removed(list(updated_node.body))
         if not body:
@@ -289,7 +289,7 @@ class TransformersLegacy(Rule):
         return updated_node.with_changes(body=body, footer=[*carry, *updated_node.footer])
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
-        if not any(id(s) in self.removed for s in updated_node.body):
+        if not any(s in self.removed for s in updated_node.body):
             return updated_node
         body, carry = self._without_removed(list(updated_node.body))
         return updated_node.with_changes(body=body, footer=[*carry, *updated_node.footer])
