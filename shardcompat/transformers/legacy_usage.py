@@ -10,9 +10,10 @@ imported; what counts as a use is what ``shardcompat run`` serves: ``from transf
 NAME``, ``transformers.NAME``, ``TrainingArguments(FIELD=...)`` and a read of ``args.FIELD`` on an
 arguments object; and of ``datasets``, which every 4.x example script calls: ``from datasets import
 NAME``, ``datasets.NAME``, and a keyword of the table's (``use_auth_token=``) in a call of its
-loaders (``load_dataset``), compared against the installed ``datasets``.  ``--wheel`` (the old release's wheel) names where 4.x defined each top-level
-name, which some family rows (removed models, classes that needed TensorFlow) are matched by;
-without it only the families a pattern alone decides match (:func:`.legacy_table.precise_family`).
+loaders (``load_dataset``), compared against the installed ``datasets``.  ``--wheel`` (the old
+release's wheel) names where 4.x defined each top-level name, which some family rows (removed
+models, classes that needed TensorFlow) are matched by; without it only the families a pattern
+alone decides match (:func:`.legacy_table.precise_family`).
 """
 
 from __future__ import annotations
