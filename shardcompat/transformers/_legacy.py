@@ -317,12 +317,11 @@ def _serve_datasets(done: list[tuple[Any, str, Any]]) -> None:
 
 def _datasets_function(r: LegacyName) -> Any:
     """A removed ``datasets`` function, served by :mod:`._legacy_functions`' adapter of that name;
-    a moved class (``ArrowWriter``) is the class at its home, subclassed to warn when built."""
-    from . import _legacy_functions
-
-    adapter = getattr(_legacy_functions, r.name, None)
-    if adapter is None:
-        assert r.new is not None, f"datasets.{r.name} needs an adapter or a home"
+    a moved class (``ArrowWriter``, a renamed row) is the class at its home, subclassed to warn
+    when built (datasets 2.x lacks it too, beside Transformers 4.3x, whose hub client
+    :mod:`._legacy_functions` does not import with)."""
+    if r.served is Served.RENAMED:
+        assert r.new is not None, f"datasets.{r.name}: a renamed row names its home"
         module, attribute = r.new.split(":")
         home = getattr(importlib.import_module(module), attribute)
 
@@ -331,6 +330,9 @@ def _datasets_function(r: LegacyName) -> Any:
             home.__init__(self, *args, **kwargs)
 
         return type(r.name, (home,), {"__init__": __init__, "__doc__": home.__doc__, "__module__": "datasets"})
+    from . import _legacy_functions
+
+    adapter = getattr(_legacy_functions, r.name)
 
     @functools.wraps(adapter)
     def served(*args: Any, **kwargs: Any) -> Any:
