@@ -33,6 +33,7 @@ from ._legacy import add_trainer_attributes, trainer_keywords
 from ._model import CHECKPOINT_DIR, ShardedModule, TrainerOptimizer
 from ._sharded_ddp_option import trainer_value
 from ._staged_save import save_staged
+from ._start_from import message, release_requires_state, weights_folder
 
 if TYPE_CHECKING:
     from ..prepared import Prepared
@@ -88,6 +89,7 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
         self._sharding_backend = backend
         self._sharded_module: ShardedModule | None = None
         self._building_optimizer = False
+        self._start_from: str | None = None  # a model folder train() loads into model_init's model
         self.prepared: Prepared | None = None
         if training_args is not None:
             check_one_group(training_args)  # before the model is placed or anything is built
@@ -330,6 +332,31 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
             grad_norm = model.clip_grad_norm_(float("inf"))
         return super()._get_grad_norm(model, grad_norm=grad_norm)
 
+    # ------------------------------------------------------------------ starting from a model folder
+    def train(self, resume_from_checkpoint: Any = None, *args: Any, **kwargs: Any) -> Any:
+        """A ``resume_from_checkpoint`` folder without a Trainer state starts from its weights, as
+        4.x did (:mod:`._start_from`): where the release would raise, and in a sharded run."""
+        folder = weights_folder(resume_from_checkpoint)
+        own_engine = getattr(self, "is_deepspeed_enabled", False) or getattr(self, "is_fsdp_enabled", False)
+        if folder is None or own_engine or not (_REQUIRES_STATE or self._sharding):
+            return super().train(resume_from_checkpoint, *args, **kwargs)
+        if _REQUIRES_STATE:
+            _overrides._warn(("train", "resume_from_checkpoint"), message(folder))
+        if self.model_init is None:
+            self._load_from_checkpoint(folder)  # before the model is wrapped, as 4.x loaded it
+            return super().train(None, *args, **kwargs)
+        self._start_from = folder  # into the model model_init builds (call_model_init)
+        try:
+            return super().train(None, *args, **kwargs)
+        finally:
+            self._start_from = None
+
+    def call_model_init(self, trial: Any = None) -> Any:
+        model = super().call_model_init(trial)
+        if self._start_from is not None:
+            self._load_from_checkpoint(self._start_from, model)  # 4.x loaded the folder into the model just built
+        return model
+
     # ------------------------------------------------------------------ saving and resuming
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         """A full state dict gathered from the shards, saved by rank 0 with ``save_pretrained``.
@@ -444,6 +471,7 @@ def _release_sets(name: str) -> bool:
 
 
 _LEGACY_ATTRIBUTES = {name: not _release_sets(name) for name in _ATTRIBUTES}
+_REQUIRES_STATE = release_requires_state(_RELEASE["Trainer"].train)
 for _name, (_get, _doc) in _ATTRIBUTES.items():
     if _LEGACY_ATTRIBUTES[_name] and _name != "sharded_ddp":
         setattr(Trainer, _name, _legacy_attribute(_name, _get, _doc))
