@@ -56,6 +56,8 @@ PORTS = {
         ("    is_torch_tpu_available,\n", "    is_torch_xla_available,\n", 1),
         ("not is_torch_tpu_available()", "not is_torch_xla_available()", 1),
         ('    send_example_telemetry("run_glue", model_args, data_args)\n', "", 1),
+        ("elif os.path.isdir(model_args.model_name_or_path):",  # 4.x resumed a model folder as a fresh start
+         'elif os.path.isfile(os.path.join(model_args.model_name_or_path, "trainer_state.json")):', 1),
         _own_field('    pad_to_max_length: bool = field(default=True, metadata={"help": "Pad every sample to max_seq_length."})\n'),
     ],
     "run_translation_legacy.py": [
@@ -293,6 +295,8 @@ def test_each_legacy_name_warned_with_its_replacement(runs: Runs, script: str) -
     ]
     if script != "run_translation_legacy.py":
         expected.append(("transformers.is_torch_tpu_available", "is_torch_xla_available()"))
+    if script == "run_glue_legacy.py":  # resume_from_checkpoint=model_args.model_name_or_path (a model folder)
+        expected.append(("trainer.train(resume_from_checkpoint=", "resume_from_checkpoint=None"))
     if script == "run_clm_datasets_legacy.py":
         expected += [
             ("datasets.load_dataset(use_auth_token=...)", "token="),

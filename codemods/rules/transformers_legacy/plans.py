@@ -37,9 +37,11 @@ REMOVED_TOP_LEVEL: tuple[str, ...] = tuple(r.pattern.split(".", 1)[1] for r in S
                                            if not r.family and r.pattern.count(".") == 1
                                            and r.pattern.startswith("transformers."))
 #: What else the rule acts on: Trainer subclasses and calls (:mod:`.overrides`), imports from
-#: Transformers modules (:mod:`.homes`), the tokenizer's target mode (:mod:`.targets`).
+#: Transformers modules (:mod:`.homes`), the tokenizer's target mode (:mod:`.targets`), a model
+#: folder passed as a checkpoint (:mod:`.resume`).
 NEEDLES: tuple[str, ...] = (*NAMES, *REMOVED_TOP_LEVEL, "Trainer", "transformers.", "AdamW", "ShardedDDPOption",
-                             "as_target_tokenizer", "prepare_seq2seq_batch", "TF", "Flax", "_PRETRAINED_")
+                             "as_target_tokenizer", "prepare_seq2seq_batch", "TF", "Flax", "_PRETRAINED_",
+                             "resume_from_checkpoint")
 
 Action = Literal["rename", "set", "drop", "report"]
 

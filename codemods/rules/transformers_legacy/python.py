@@ -43,7 +43,7 @@ _MODULES = {"transformers": (Kind.TOP_LEVEL,), "transformers.utils": (Kind.UTILS
 _NEEDLE = re.compile(r"\b(?:" + "|".join(sorted((set(NAMES) | set(REMOVED_TOP_LEVEL)) - {"tokenizer"})) + r")\b"
                      r"|[(,]\s*tokenizer\s*=(?!=)"
                      r"|Trainer\b|\btransformers\.\w|\b(?:AdamW|ShardedDDPOption|as_target_tokenizer|prepare_seq2seq_batch)\b"
-                     r"|\b(?:TF|Flax)[A-Z0-9]\w*|_PRETRAINED_")
+                     r"|\b(?:TF|Flax)[A-Z0-9]\w*|_PRETRAINED_|\bresume_from_checkpoint\s*=")
 
 Body = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
 

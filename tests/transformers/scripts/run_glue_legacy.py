@@ -2,7 +2,8 @@
 """Fine-tune a sequence classifier on a GLUE-style task: written as Transformers 4.30's
 examples/pytorch/text-classification/run_glue.py was, with the API of that release
 (``is_torch_tpu_available``, ``send_example_telemetry``, ``use_auth_token``,
-``overwrite_output_dir``, ``Trainer(tokenizer=...)``, ``--evaluation_strategy``).  It knows
+``overwrite_output_dir``, ``Trainer(tokenizer=...)``, ``--evaluation_strategy``, and
+``resume_from_checkpoint=`` a local model folder).  It knows
 nothing of shardcompat.  The model, tokenizer and data are local files the tests write (JSON
 lines with ``sentence1``, ``sentence2`` and ``label``), so nothing is downloaded.
 """
@@ -146,6 +147,10 @@ def main():
             checkpoint = training_args.resume_from_checkpoint
         elif last_checkpoint is not None:
             checkpoint = last_checkpoint
+        elif os.path.isdir(model_args.model_name_or_path):
+            # as run_glue.py 4.3-4.5 and 4.30's run_speech_recognition_ctc.py: a local model folder
+            # is "resumed", which 4.x took for its weights and a fresh start
+            checkpoint = model_args.model_name_or_path
         train_result = trainer.train(resume_from_checkpoint=checkpoint)
         metrics = train_result.metrics
         metrics["train_samples"] = len(train_dataset)
