@@ -25,9 +25,7 @@ class DataCollatorForWholeWordMask:
     def __init__(self, tokenizer: Any, mlm: bool = True, mlm_probability: float = 0.15,
                  pad_to_multiple_of: int | None = None, tf_experimental_compile: bool = False,
                  return_tensors: str = "pt") -> None:
-        if return_tensors != "pt":
-            raise ValueError(f"DataCollatorForWholeWordMask(return_tensors={return_tensors!r}): the installed "
-                             "Transformers is PyTorch only; use return_tensors='pt'")
+        _pytorch_only(return_tensors, "DataCollatorForWholeWordMask")
         if mlm and tokenizer.mask_token is None:
             raise ValueError("DataCollatorForWholeWordMask masks tokens, and this tokenizer has no mask token; "
                              "use a tokenizer with one (BERT's [MASK]) or DataCollatorForLanguageModeling(mlm=False)")
@@ -35,6 +33,8 @@ class DataCollatorForWholeWordMask:
         self.pad_to_multiple_of, self.return_tensors = pad_to_multiple_of, return_tensors
 
     def __call__(self, examples: list[Any], return_tensors: str | None = None) -> dict[str, Any]:
+        if return_tensors is not None:
+            _pytorch_only(return_tensors, "DataCollatorForWholeWordMask.__call__")
         if not isinstance(examples[0], dict) and not hasattr(examples[0], "keys"):
             examples = [{"input_ids": e} for e in examples]
         ids = [_as_list(e["input_ids"]) for e in examples]
@@ -95,6 +95,12 @@ class DataCollatorForWholeWordMask:
         random_tokens = torch.randint(len(self.tokenizer), labels.shape, dtype=torch.long)
         inputs[to_random] = random_tokens[to_random]
         return inputs, labels
+
+
+def _pytorch_only(return_tensors: str, where: str) -> None:
+    if return_tensors != "pt":
+        raise ValueError(f"{where}(return_tensors={return_tensors!r}): the installed Transformers is PyTorch "
+                         "only; use return_tensors='pt'")
 
 
 def _as_list(values: Any) -> list[int]:

@@ -104,6 +104,11 @@ def test_what_it_cannot_do_is_said_before_any_batch(tmp_path: Path) -> None:
     tokenizer = _tokenizer(tmp_path)
     with pytest.raises(ValueError, match="PyTorch only; use return_tensors='pt'"):
         DataCollatorForWholeWordMask(tokenizer, return_tensors="tf")
+    collator = DataCollatorForWholeWordMask(tokenizer)
+    examples = [{"input_ids": tokenizer("run running")["input_ids"]}]
+    with pytest.raises(ValueError, match=r"__call__\(return_tensors='np'\).*PyTorch only"):
+        collator(examples, return_tensors="np")  # 4.30 answered NumPy arrays; saying so beats torch tensors
+    assert set(collator(examples, return_tensors="pt")) == {"input_ids", "labels"}
     tokenizer.mask_token = None
     with pytest.raises(ValueError, match="no mask token"):
         DataCollatorForWholeWordMask(tokenizer)
