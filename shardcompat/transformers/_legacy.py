@@ -67,10 +67,8 @@ def _warn(row: LegacyName, stacklevel: int = 3) -> None:
         how = f"it has no effect here: {row.reason}. Drop it"
     else:
         how = f"shardcompat serves it as {row.replacement} ({row.reason}). Write {row.replacement}"
-    api = (f"datasets {int(row.removed.split()[-1].split('.')[0]) - 1}.x"  # the release before its removal
-           if row.kind in (Kind.DATASETS, Kind.DATASETS_FUNCTION) else "Transformers 4.x")
     warnings.warn(
-        f"{_spelling(row)} is {api} API (removed in {row.removed}); {how} "
+        f"{_spelling(row)} is {row.api} API (removed in {row.removed_in}); {how} "
         f"({MIGRATE_HINT}; every name: docs/transformers-legacy.md).",
         FutureWarning, stacklevel=stacklevel,
     )

@@ -90,6 +90,25 @@ class LegacyName:
     def flag(self) -> str:
         return f"--{self.name}"
 
+    @property
+    def library(self) -> str:
+        """Whose API the name was: ``datasets`` for its rows (whose ``removed`` names it), else Transformers."""
+        return "datasets" if self.kind in (Kind.DATASETS, Kind.DATASETS_FUNCTION) else "Transformers"
+
+    @property
+    def removed_in(self) -> str:
+        """The release that dropped it, library named: ``Transformers 4.46``, ``datasets 3.0``."""
+        return self.removed if self.library == "datasets" else f"Transformers {self.removed}"
+
+    @property
+    def api(self) -> str:
+        """The API it belonged to: Transformers 4.x (the table's subject), or for ``datasets`` the last
+        major release that had it (``datasets 2.x`` for a name removed in 3.0)."""
+        if self.library != "datasets":
+            return "Transformers 4.x"
+        major, minor = self.removed.split()[-1].split(".")
+        return f"datasets {int(major) - (minor == '0')}.x"
+
 
 _F = Kind.FIELD
 

@@ -44,3 +44,13 @@ def test_the_page_opens_with_the_coverage_and_shows_every_surface_row_and_hook()
         assert any(ln.startswith(f"| `{r.pattern}`") and f"| {r.served} |" in ln for ln in lines), r
     for c in PROTOCOL:
         assert any(ln.startswith(f"| `{c.owner}.{c.method}` |") and f"| {c.served} |" in ln for ln in lines), c
+
+
+def test_each_row_names_the_api_it_was_and_the_release_that_dropped_it() -> None:
+    for r in ROWS:
+        assert r.removed_in.split()[0] == r.library and r.removed_in.endswith(r.removed.split()[-1]), r
+        assert r.api == "Transformers 4.x" or r.library == "datasets", r
+    by_name = {r.name: r for r in ROWS if r.library == "datasets"}
+    # the last major release that had it: the top-level ArrowWriter went in 2.0, load_metric in 3.0
+    assert (by_name["ArrowWriter"].api, by_name["load_metric"].api) == ("datasets 1.x", "datasets 2.x")
+    assert by_name["load_metric"].removed_in == "datasets 3.0"

@@ -178,7 +178,7 @@ class TodaysHomes(Rule):
         if module == "datasets":
             moved = rows_named(name, Kind.DATASETS_FUNCTION)
             if moved is not None and moved.new is None:  # no drop-in: its successor is called differently
-                self.flag(node, UNMIGRATED, f"datasets.{name}: removed in {moved.removed}; {moved.reason}",
+                self.flag(node, UNMIGRATED, f"datasets.{name}: removed in {moved.removed_in}; {moved.reason}",
                           hint=f"instead: {moved.replacement}")
             return None if moved is None or moved.new is None else _split(moved.new)
         if row is None or name in _LEFT_TO_OVERRIDES:

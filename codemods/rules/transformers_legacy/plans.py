@@ -60,7 +60,7 @@ class Plan:
 
 
 def _report(row: LegacyName, why: str = "") -> Plan:
-    removed = f"removed in Transformers {row.removed}"
+    removed = f"removed in {row.removed_in}"
     reason = f"{why}; " if why else ""
     hint = f"write {row.replacement}" if row.replacement else "remove it"
     return Plan("report", message=f"{row.name}: {removed}; {reason}{row.reason}", hint=hint)
