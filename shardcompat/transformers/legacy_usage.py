@@ -30,7 +30,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .legacy_survey import Name, Wheel, _installed_has, installed_surface, old_surface
+from .legacy_survey import Name, Wheel, _installed_has, installed_surface, module_names, old_surface
 
 __all__ = ["Use", "main", "names_used", "usage"]
 
@@ -185,27 +185,13 @@ def _has(installed: dict[str, Any], name: Name) -> bool:
 
 def _defines(module: Any, name: str) -> bool:
     """Whether the module's source binds ``name`` at its top level, under a condition this machine
-    does not meet (``image_utils.PILImageResampling`` needs Pillow, in 4.30 as today)."""
+    does not meet (``image_utils.PILImageResampling`` needs Pillow, in 4.30 as today): the
+    survey's own reading of a module (:func:`.legacy_survey.module_names`)."""
     try:
-        body = ast.parse(inspect.getsource(module)).body
+        tree = ast.parse(inspect.getsource(module))
     except (OSError, TypeError, SyntaxError):
         return False
-    while body:
-        node, body = body[0], body[1:]
-        if isinstance(node, (ast.If, ast.Try)):
-            body += [*node.body, *node.orelse, *getattr(node, "finalbody", []),
-                     *(s for h in getattr(node, "handlers", []) for s in h.body)]
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            if node.name == name:
-                return True
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            if any((a.asname or a.name.split(".")[0]) == name for a in node.names):
-                return True
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
-                return True
-    return False
+    return name in module_names(tree, module.__name__.removeprefix("transformers").lstrip("."))
 
 
 def _datasets_has(name: Name) -> bool:
