@@ -22,11 +22,13 @@ How a row is served (:class:`Served`):
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import enum
 from typing import Any, Optional
 
-__all__ = ["DATASETS_LOADERS", "FIELDS", "GONE_MODULES", "NOT_GIVEN", "ROWS", "SURVEYED_MODULES", "Kind", "LegacyName", "Served", "by_kind", "precise_family", "row"]
+__all__ = ["DATASETS_LOADERS", "FIELDS", "GONE_MODULES", "NOT_GIVEN", "ROWS", "SURVEYED_MODULES", "Kind", "LegacyName",
+           "Served", "by_kind", "loader_callees", "precise_family", "row"]
 
 
 class Kind(str, enum.Enum):
@@ -236,6 +238,20 @@ OTHERS: tuple[LegacyName, ...] = (
 ROWS: tuple[LegacyName, ...] = FIELDS + OTHERS
 #: The ``datasets`` functions whose keywords the :attr:`Kind.DATASETS` rows are.
 DATASETS_LOADERS = ("load_dataset", "load_dataset_builder")
+
+
+def loader_callees(tree: ast.AST) -> dict[str, str]:
+    """How a file's imports let it call :data:`DATASETS_LOADERS`: each callee spelling
+    (``load_dataset``, ``ds.load_dataset`` after ``import datasets as ds``) -> the loader.  A
+    script's own ``load_dataset`` is none of them."""
+    callees: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "datasets" and not node.level:
+            callees.update((a.asname or a.name, a.name) for a in node.names if a.name in DATASETS_LOADERS)
+        elif isinstance(node, ast.Import):
+            callees.update((f"{a.asname or a.name}.{f}", f) for a in node.names if a.name == "datasets"
+                           for f in DATASETS_LOADERS)
+    return callees
 
 
 def by_kind(kind: Kind) -> tuple[LegacyName, ...]:

@@ -104,28 +104,18 @@ def _imported_libraries(tree: ast.AST) -> set[str]:
 
 
 def _loader_keywords(tree: ast.AST, modules: set[str]) -> set[Name]:
-    """The table's ``datasets`` keywords in calls of its loaders: ``datasets.load_dataset(...)``, or
-    a name imported from ``datasets`` (a script's own ``load_dataset`` is not one)."""
-    from .legacy_table import DATASETS_LOADERS, Kind, by_kind
+    """The table's ``datasets`` keywords in calls of its loaders (:func:`.legacy_table.loader_callees`);
+    ``datasets.load_dataset`` only where the file binds ``datasets`` to the library alone."""
+    from .legacy_table import Kind, by_kind, loader_callees
 
     keywords = {r.name for r in by_kind(Kind.DATASETS)}
-    bound = {a.asname or a.name: a.name for node in ast.walk(tree)
-             if isinstance(node, ast.ImportFrom) and node.module == "datasets" and not node.level
-             for a in node.names if a.name in DATASETS_LOADERS}
+    callees = {c: f for c, f in loader_callees(tree).items() if not c.startswith("datasets.") or "datasets" in modules}
     found: set[Name] = set()
     for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
-            continue
-        func = node.func
-        if isinstance(func, ast.Name):
-            loader = bound.get(func.id)
-        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and "datasets" in modules \
-                and func.value.id == "datasets":
-            loader = func.attr if func.attr in DATASETS_LOADERS else None
-        else:
-            loader = None
-        if loader:
-            found |= {Name("datasets", f"{loader}({k.arg})", "keyword") for k in node.keywords if k.arg in keywords}
+        if isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)):
+            loader = callees.get(ast.unparse(node.func))
+            if loader:
+                found |= {Name("datasets", f"{loader}({k.arg})", "keyword") for k in node.keywords if k.arg in keywords}
     return found
 
 

@@ -27,7 +27,7 @@ from typing import Any, Union
 
 import libcst as cst
 
-from shardcompat.transformers.legacy_table import DATASETS_LOADERS, Kind, LegacyName, Served
+from shardcompat.transformers.legacy_table import Kind, LegacyName, Served, loader_callees
 
 from ..base import NodeSet, Rule, dotted
 from .ownfield import OWN_ROWS, OwnField, own_field
@@ -71,7 +71,6 @@ def _file_facts(code: str) -> tuple[dict[str, _Uses], set[str], OwnField | None,
     uses: dict[str, _Uses] = {}
     declared: set[str] = set()
     handled: set[int] = set()
-    loaders: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name):
             uses.setdefault(node.value.func.id, _Uses()).statements += 1
@@ -97,21 +96,11 @@ def _file_facts(code: str) -> tuple[dict[str, _Uses], set[str], OwnField | None,
         elif isinstance(node, ast.arg):
             uses.setdefault(node.arg, _Uses()).rebound = True
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            loaders.update(_loaders(node))
             for alias in node.names:
                 local = alias.asname or alias.name.split(".")[0]
                 if not (isinstance(node, ast.ImportFrom) and node.module in _MODULES and alias.asname is None):
                     uses.setdefault(local, _Uses()).rebound = True
-    return uses, declared, own_field(tree), loaders
-
-
-def _loaders(node: ast.Import | ast.ImportFrom) -> set[str]:
-    """The callee spellings an import binds to ``datasets.load_dataset`` & co."""
-    if isinstance(node, ast.ImportFrom):
-        if node.module != "datasets" or node.level:
-            return set()
-        return {a.asname or a.name for a in node.names if a.name in DATASETS_LOADERS}
-    return {f"{a.asname or a.name}.{f}" for a in node.names if a.name == "datasets" for f in DATASETS_LOADERS}
+    return uses, declared, own_field(tree), set(loader_callees(tree))
 
 
 def _literal(module: cst.Module, node: cst.BaseExpression) -> Any:
