@@ -193,7 +193,8 @@ def load_metric(path: str, config_name: str | None = None, process_id: int = 0, 
                 **init_kwargs: Any) -> Any:
     """datasets 2.x's ``load_metric`` call form on ``evaluate.load``, its successor (same metric
     scripts and keywords; only the third positional argument differs, so all go by keyword)."""
-    return _evaluate("load_metric", "load").load(path, config_name, process_id=process_id, num_process=num_process, cache_dir=cache_dir,
+    evaluate = _evaluate("load_metric", "load")
+    return evaluate.load(path, config_name, process_id=process_id, num_process=num_process, cache_dir=cache_dir,
                          experiment_id=experiment_id, keep_in_memory=keep_in_memory,
                          download_config=download_config, download_mode=download_mode, revision=revision,
                          **init_kwargs)
