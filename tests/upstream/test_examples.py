@@ -12,9 +12,10 @@ examples`` wrote.  For each script:
 - per-step losses, evaluations, metrics and the saved weights must agree.
 
 Models, tokenizers and data are built here (the asset builders of ``test_legacy_scripts``).  The
-hub's metric scripts cannot be downloaded here: ``evaluate.load("accuracy")`` (and ``"squad"``)
-finds a local ``accuracy/accuracy.py`` (evaluate's own local-script form, ``metrics/``) in the
-run's folder, the same file for both sides.  Deselected by default (``-m upstream``).
+hub's metric scripts cannot be downloaded here: ``evaluate.load("accuracy")`` (and ``"squad"``,
+``"seqeval"``, ``"sacrebleu"``) finds a local ``accuracy/accuracy.py`` (evaluate's own local-script
+form, ``metrics/``: stand-ins that score what the scripts read) in the run's folder, the same file
+for both sides.  Deselected by default (``-m upstream``).
 """
 
 from __future__ import annotations
@@ -67,14 +68,14 @@ def _clm_text_assets(root: Path) -> list[str]:
     return args
 
 
-def _bert(root: Path, head: str, mask: bool = False) -> list[str]:
+def _bert(root: Path, head: str, mask: bool = False, **config_kwargs: Any) -> list[str]:
     """A tiny BERT with ``head`` (``ForMaskedLM``, ...) and its tokenizer in ``root/model``."""
     import torch
 
     size = _tokenizer(root / "model", mask=mask)
     torch.manual_seed(0)
     config = transformers.BertConfig(vocab_size=size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                     intermediate_size=64, max_position_embeddings=32)
+                                     intermediate_size=64, max_position_embeddings=32, **config_kwargs)
     getattr(transformers, f"Bert{head}")(config).save_pretrained(root / "model")
     return ["--model_name_or_path", str(root / "model")]
 
@@ -108,6 +109,19 @@ def _with(build: Callable[[Path], list[str]], *extra: str) -> Callable[[Path], l
         return [*args, *extra]
 
     return assets
+
+
+def _ner_assets(root: Path) -> list[str]:
+    """A tiny BERT token classifier; each word tagged by where it sits in the vocabulary."""
+    tags = ["O", "B-X", "I-X"]
+    model = _bert(root, "ForTokenClassification", num_labels=len(tags))
+
+    def row(rng: random.Random) -> dict[str, Any]:
+        words = _sentence(rng).split()
+        return {"tokens": words, "ner_tags": [tags[int(w[1:]) % len(tags)] for w in words]}
+
+    return [*model, "--train_file", str(_jsonl(root, "train", 64, row)),
+            "--validation_file", str(_jsonl(root, "validation", 16, row)), "--max_seq_length", "16"]
 
 
 def _squad_files(root: Path) -> list[str]:
@@ -181,6 +195,10 @@ SCRIPTS: dict[str, Upstream] = {  # under examples/pytorch
         ("trainer_qa.py", "if self.args.tpu_metrics_debug or self.args.debug:", "if self.args.debug:"),
     ), weights=1e-3),
     "language-modeling/run_plm.py": Upstream(_plm_assets, "AutoModelForCausalLM"),
+    "token-classification/run_ner.py": Upstream(_with(_ner_assets), "AutoModelForTokenClassification",
+                                                "eval_accuracy"),
+    "translation/run_translation.py": Upstream(_with(_translation_assets, "--source_lang", "en", "--target_lang", "de"),
+                                               "AutoModelForSeq2SeqLM", "eval_bleu"),
     # QuestionAnsweringSeq2SeqTrainer (trainer_seq2seq_qa.py): a Seq2SeqTrainer subclass of the same
     # kind, generating the answers (FSDP2 generates through its hooks, see the Trainer drop-in).
     "question-answering/run_seq2seq_qa.py": Upstream(_seq2seq_qa_assets, "AutoModelForSeq2SeqLM", "eval_f1", hand=(
@@ -248,9 +266,9 @@ def test_the_upstream_script_runs_unchanged_and_migrated_as_stock(examples: Path
     assert max(abs(a - b) for a, b in zip(a_evals, b_evals)) <= 1e-4, (a_evals, b_evals)
     metrics = [json.loads((tmp_path / side / "eval_results.json").read_text()) for side in ("stock", "unchanged")]
     assert metrics[0].keys() == metrics[1].keys(), metrics
-    for key in ("eval_accuracy", "eval_exact_match", "eval_f1"):  # what argmax and post-processing gave
+    for key in ("eval_accuracy", "eval_exact_match", "eval_f1", "eval_bleu"):  # what argmax, generate and post-processing gave
         assert metrics[0].get(key) == metrics[1].get(key), key
-    assert {"eval_accuracy", "eval_f1", "perplexity"} & metrics[0].keys(), metrics  # a score beside the loss
+    assert {"eval_accuracy", "eval_f1", "eval_bleu", "perplexity"} & metrics[0].keys(), metrics  # a score beside the loss
     loader = getattr(transformers, case.model_class)
     a, b = (loader.from_pretrained(tmp_path / side).state_dict() for side in ("stock", "unchanged"))
     assert a.keys() == b.keys()
