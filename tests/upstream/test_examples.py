@@ -34,6 +34,7 @@ import pytest
 
 from ..transformers._stock import TORCHRUN
 from ..transformers.test_legacy_scripts import (
+    WORDS,
     _clm_assets,
     _glue_assets,
     _jsonl,
@@ -153,6 +154,25 @@ def _seq2seq_qa_assets(root: Path) -> list[str]:
             "--max_answer_length", "8", "--generation_max_length", "8"]
 
 
+def _xlnet_qa_assets(root: Path) -> list[str]:
+    """A tiny XLNet for beam-search QA (its script loads XLNetTokenizerFast itself: a Unigram
+    tokenizer over the same words) on SQuAD-form JSON."""
+    import tokenizers
+    import torch
+
+    specials = ["<unk>", "<s>", "</s>", "<cls>", "<sep>", "<pad>", "<mask>", "<eod>", "<eop>"]
+    pieces = [*specials, *(f"\u2581{w}" for w in WORDS), "\u2581", *"w0123456789"]
+    backend = tokenizers.Tokenizer(tokenizers.models.Unigram([(p, -float(i > 8)) for i, p in enumerate(pieces)], unk_id=0))
+    backend.pre_tokenizer, backend.decoder = tokenizers.pre_tokenizers.Metaspace(), tokenizers.decoders.Metaspace()
+    transformers.XLNetTokenizerFast(tokenizer_object=backend).save_pretrained(root / "model")
+    torch.manual_seed(0)
+    config = transformers.XLNetConfig(vocab_size=len(pieces), d_model=32, n_layer=2, n_head=2, d_inner=64,
+                                      pad_token_id=specials.index("<pad>"), start_n_top=2, end_n_top=2)
+    transformers.XLNetForQuestionAnswering(config).save_pretrained(root / "model")
+    return ["--model_name_or_path", str(root / "model"), *_squad_files(root), "--max_seq_length", "32",
+            "--doc_stride", "8"]
+
+
 def _plm_assets(root: Path) -> list[str]:
     """A tiny XLNet for permutation language modeling; text files of sentences."""
     import torch
@@ -197,6 +217,13 @@ SCRIPTS: dict[str, Upstream] = {  # under examples/pytorch
     "language-modeling/run_plm.py": Upstream(_plm_assets, "AutoModelForCausalLM"),
     "token-classification/run_ner.py": Upstream(_with(_ner_assets), "AutoModelForTokenClassification",
                                                 "eval_accuracy"),
+    # XLNet's beam search over start and end logits, through the same QuestionAnsweringTrainer; its
+    # start_logits.dense.bias is run_qa's qa_outputs.bias again (Adam steps on rounding noise).
+    "question-answering/run_qa_beam_search.py": Upstream(_xlnet_qa_assets, "XLNetForQuestionAnswering", "eval_f1",
+                                                         hand=(
+        ("trainer_qa.py", _LEGACY_LOOP, "self.evaluation_loop"),
+        ("trainer_qa.py", "if self.args.tpu_metrics_debug or self.args.debug:", "if self.args.debug:"),
+    ), weights=1e-3),
     "translation/run_translation.py": Upstream(_with(_translation_assets, "--source_lang", "en", "--target_lang", "de"),
                                                "AutoModelForSeq2SeqLM", "eval_bleu"),
     # QuestionAnsweringSeq2SeqTrainer (trainer_seq2seq_qa.py): a Seq2SeqTrainer subclass of the same
