@@ -170,7 +170,8 @@ PROTOCOL: tuple[Change, ...] = (
            "as Trainer(...)", owner="Seq2SeqTrainer"),
     Change("train", "resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None, **kwargs",
            "resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None", Served.COMPATIBLE,
-           "4.x's **kwargs only took the deprecated model_path=; an override is called and its super() call taken; "
+           "4.x's **kwargs only took the deprecated model_path=, served as resume_from_checkpoint=; an override is "
+           "called and its super() call taken; "
            "resume_from_checkpoint= a folder without trainer_state.json (the 4.x examples passed their local "
            "model_name_or_path) loads its weights and starts fresh, as 4.x did, where today's release raises"),
     Change("push_to_hub", "commit_message='End of training', blocking=True, **kwargs",

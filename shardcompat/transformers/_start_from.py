@@ -5,7 +5,9 @@ The 4.x examples pass ``model_args.model_name_or_path`` there when it is a local
 4.30).  4.x read the folder's ``trainer_state.json`` only when it had one: without it, it loaded
 the weights and trained from a fresh state.  From 4.36, ``train()`` reads it unconditionally
 (FileNotFoundError), and a sharded run resumes only from its portable checkpoint.  The Trainer
-drop-in serves such a folder as 4.x did: its weights, then a fresh start.
+drop-in serves such a folder as 4.x did: its weights, then a fresh start.  4.2's run_glue passed
+the folder as ``trainer.train(model_path=...)``, which 4.3-4.x took as ``resume_from_checkpoint``
+and 5.0 removed: served so too.
 """
 
 from __future__ import annotations
@@ -14,10 +16,14 @@ import inspect
 import os
 from typing import Any
 
-__all__ = ["STATE", "release_requires_state", "weights_folder"]
+__all__ = ["MODEL_PATH", "STATE", "message", "release_requires_state", "weights_folder"]
 
 #: What makes a folder a Trainer checkpoint (the release's ``TRAINER_STATE_NAME``).
 STATE = "trainer_state.json"
+#: ``trainer.train(model_path=...)``, 4.2's spelling (4.2's run_glue passed its model folder).
+MODEL_PATH = ("trainer.train(model_path=...) is Transformers 4.x API (4.2's name for resume_from_checkpoint; "
+              "4.3-4.x took it with a warning, 5.0 removed it); shardcompat takes it as resume_from_checkpoint=. "
+              "Write resume_from_checkpoint=")
 
 
 def release_requires_state(train: Any) -> bool:

@@ -33,7 +33,7 @@ from ._legacy import add_trainer_attributes, trainer_keywords
 from ._model import CHECKPOINT_DIR, ShardedModule, TrainerOptimizer
 from ._sharded_ddp_option import trainer_value
 from ._staged_save import save_staged
-from ._start_from import message, release_requires_state, weights_folder
+from ._start_from import MODEL_PATH, message, release_requires_state, weights_folder
 
 if TYPE_CHECKING:
     from ..prepared import Prepared
@@ -335,7 +335,11 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
     # ------------------------------------------------------------------ starting from a model folder
     def train(self, resume_from_checkpoint: Any = None, *args: Any, **kwargs: Any) -> Any:
         """A ``resume_from_checkpoint`` folder without a Trainer state starts from its weights, as
-        4.x did (:mod:`._start_from`): where the release would raise, and in a sharded run."""
+        4.x did (:mod:`._start_from`): where the release would raise, and in a sharded run.
+        ``model_path=`` (4.2's name, which 4.3-4.x still took) is ``resume_from_checkpoint``."""
+        if "model_path" in kwargs and not _TRAIN_TAKES_KEYWORDS:
+            _overrides._warn(("train", "model_path"), MODEL_PATH)
+            resume_from_checkpoint = kwargs.pop("model_path")  # it won over resume_from_checkpoint in 4.x
         folder = weights_folder(resume_from_checkpoint)
         own_engine = getattr(self, "is_deepspeed_enabled", False) or getattr(self, "is_fsdp_enabled", False)
         if folder is None or own_engine or not (_REQUIRES_STATE or self._sharding):
@@ -472,6 +476,7 @@ def _release_sets(name: str) -> bool:
 
 _LEGACY_ATTRIBUTES = {name: not _release_sets(name) for name in _ATTRIBUTES}
 _REQUIRES_STATE = release_requires_state(_RELEASE["Trainer"].train)
+_TRAIN_TAKES_KEYWORDS = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(_RELEASE["Trainer"].train).parameters.values())
 for _name, (_get, _doc) in _ATTRIBUTES.items():
     if _LEGACY_ATTRIBUTES[_name] and _name != "sharded_ddp":
         setattr(Trainer, _name, _legacy_attribute(_name, _get, _doc))

@@ -52,11 +52,21 @@ RUN_MLM_WWM = """
         checkpoint = None
     train_result = trainer.train(resume_from_checkpoint=checkpoint)
 """
-SHAPES = {"run_glue_4.3": RUN_GLUE_43, "run_glue_4.4": RUN_GLUE_44, "run_mlm_wwm_4.30": RUN_MLM_WWM}
+RUN_GLUE_42 = """
+    train_result = trainer.train(
+        model_path=model_args.model_name_or_path if os.path.isdir(model_args.model_name_or_path) else None
+    )
+"""
+ASSIGNED = """
+    checkpoint = model_args.model_name_or_path if os.path.isdir(model_args.model_name_or_path) else None
+    trainer.train(resume_from_checkpoint=checkpoint)
+"""
+SHAPES = {"run_glue_4.2": RUN_GLUE_42, "run_glue_4.3": RUN_GLUE_43, "run_glue_4.4": RUN_GLUE_44,
+          "run_mlm_wwm_4.30": RUN_MLM_WWM, "assigned": ASSIGNED}
 
 
 def _script(body: str) -> str:
-    return "import os\n\n\ndef main():\n" + textwrap.dedent(body).replace("\n", "\n    ").rstrip() + "\n"
+    return "import os\n\nfrom transformers import Trainer\n\n\ndef main():\n" + textwrap.dedent(body).replace("\n", "\n    ").rstrip() + "\n"
 
 
 def _migrate(code: str) -> str:
@@ -72,8 +82,8 @@ class _Trainer:
     def __init__(self) -> None:
         self.resumed: Any = "not called"
 
-    def train(self, resume_from_checkpoint: Any = None) -> None:
-        self.resumed = resume_from_checkpoint
+    def train(self, resume_from_checkpoint: Any = None, **kwargs: Any) -> None:
+        self.resumed = kwargs.pop("model_path", resume_from_checkpoint)  # as 4.3-4.x took model_path=
 
 
 class _Config:
@@ -101,7 +111,7 @@ def test_a_model_folder_starts_fresh_and_a_checkpoint_still_resumes(shape: str, 
     before = _script(SHAPES[shape])
     after = _migrate(before)
     assert after.count('os.path.isfile(os.path.join(model_args.model_name_or_path, "trainer_state.json"))') == 1
-    assert "isdir" not in after
+    assert "isdir" not in after and "model_path=" not in after
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text("{}")
@@ -112,6 +122,19 @@ def test_a_model_folder_starts_fresh_and_a_checkpoint_still_resumes(shape: str, 
     assert _chosen(before, model) == str(model) and _chosen(after, model) is None
     assert _chosen(before, checkpoint) == _chosen(after, checkpoint) == str(checkpoint)
     assert _chosen(before, tmp_path / "hub-id") is _chosen(after, tmp_path / "hub-id") is None
+
+
+def test_model_path_is_renamed_only_for_a_transformers_trainer() -> None:
+    both = _script("""
+    trainer.train(model_path=a, resume_from_checkpoint=b)
+    """)
+    result = migrate_source(both, SETTINGS)
+    assert result.code in (None, both)
+    assert [w.message for w in result.warnings if "model_path=" in w.message]
+    other = _script("""
+    learner.train(model_path=path)
+    """).replace("from transformers import Trainer", "from somewhere import Learner")
+    assert migrate_source(other, SETTINGS).code in (None, other)  # another library's train(model_path=)
 
 
 def test_the_edit_is_recorded_with_its_reason() -> None:

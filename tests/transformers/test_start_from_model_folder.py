@@ -99,6 +99,18 @@ def test_a_model_folder_starts_from_its_weights_as_4x_did(folder: Path, stock: A
         assert warned == []
 
 
+def test_model_path_is_4x_resume_from_checkpoint(folder: Path, stock: Any, tmp_path: Path) -> None:
+    """4.2's ``trainer.train(model_path=...)``, which 4.3-4.x took as ``resume_from_checkpoint``."""
+    torch.manual_seed(7)
+    trainer = Trainer(model=transformers.BertForSequenceClassification(_config()), args=_args(tmp_path),
+                      train_dataset=_Pairs())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.train(model_path=str(folder))
+    _same(stock, _outcome(trainer))
+    assert any("model_path" in str(w.message) and "resume_from_checkpoint" in str(w.message) for w in caught)
+
+
 def test_model_init_builds_the_model_the_folder_is_loaded_into(folder: Path, tmp_path: Path) -> None:
     built = []
 

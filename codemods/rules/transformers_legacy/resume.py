@@ -14,7 +14,10 @@ later raise FileNotFoundError (``shardcompat run`` serves it as 4.x did: see
 the test becomes ``os.path.isfile(os.path.join(FOLDER, "trainer_state.json"))``: a checkpoint
 folder still resumes, a model folder trains from the weights it was built with, as in 4.x.
 Only that shape is rewritten: the folder ``isdir`` tests is the value the block assigns to a
-name the file passes as ``resume_from_checkpoint=``.
+name the file passes as ``resume_from_checkpoint=``, or the value of ``FOLDER if
+os.path.isdir(FOLDER) else None`` passed or assigned so.  4.2's run_glue wrote the latter as
+``trainer.train(model_path=...)``; in a file that imports a ``...Trainer`` from Transformers,
+``train(model_path=)`` becomes ``train(resume_from_checkpoint=)`` (4.3-4.x took it so).
 """
 
 from __future__ import annotations
@@ -26,11 +29,13 @@ import libcst.matchers as m
 
 from shardcompat.transformers._start_from import STATE
 
-from ..base import Rule, dotted
+from ..base import NodeSet, Rule, dotted
 
 __all__ = ["ModelFolderResume"]
 
 RULE = "transformers-legacy"
+UNMIGRATED = "transformers-legacy-unmigrated"
+_RESUME = ("resume_from_checkpoint",)
 #: The receivers of ``isdir`` that are ``os.path`` as the examples import it.
 _PATH_MODULES = ("os.path", "path", "osp")
 
@@ -65,34 +70,80 @@ class _HasState(cst.CSTTransformer):
         return updated_node.with_changes(func=func.with_changes(attr=cst.Name("isfile")), args=[cst.Arg(joined)])
 
 
+def _tested(test: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The folders ``test`` checks with ``os.path.isdir``."""
+    return [f for call in m.findall(test, m.Call()) if isinstance(call, cst.Call) for f in [_isdir_of(call)]
+            if f is not None]
+
+
+def _trainer_file(module: cst.Module) -> bool:
+    """Whether the file imports a ``...Trainer`` from Transformers (whose ``train`` took ``model_path=``)."""
+    return any(isinstance(node, cst.ImportFrom) and node.module is not None
+               and dotted(node.module).split(".")[0] == "transformers" and not isinstance(node.names, cst.ImportStar)
+               and any(isinstance(a.name, cst.Name) and a.name.value.endswith("Trainer") for a in node.names)
+               for node in m.findall(module, m.ImportFrom()))
+
+
 class ModelFolderResume(Rule):
-    """``if os.path.isdir(FOLDER): checkpoint = FOLDER`` resumes only a Trainer checkpoint."""
+    """``if os.path.isdir(FOLDER): checkpoint = FOLDER`` (and ``FOLDER if os.path.isdir(FOLDER) else
+    None``) resumes only a Trainer checkpoint; ``train(model_path=)`` is ``resume_from_checkpoint=``."""
 
     DESCRIPTION = "Resume only a folder with trainer_state.json, where 4.x took a model folder for a fresh start."
 
     def __init__(self, records: Any, module: cst.Module) -> None:
         super().__init__(records, module)
-        self.resumed = {arg.value.value for arg in m.findall(module, m.Arg(keyword=m.Name("resume_from_checkpoint"),
-                                                                          value=m.Name()))
-                        if isinstance(arg, cst.Arg) and isinstance(arg.value, cst.Name)}
+        self.renames_model_path = _trainer_file(module)
+        keywords = _RESUME + (("model_path",) if self.renames_model_path else ())
+        args = [a for a in m.findall(module, m.Arg()) if isinstance(a, cst.Arg) and a.keyword is not None
+                and a.keyword.value in keywords]
+        self.resumed = {a.value.value for a in args if isinstance(a.value, cst.Name)}
+        self.inline = NodeSet()  # FOLDER if isdir(FOLDER) else None, passed or assigned to a resumed name
+        for a in args:
+            if isinstance(a.value, cst.IfExp):
+                self.inline.add(a.value)
+        for assign in m.findall(module, m.Assign(value=m.IfExp())):
+            if isinstance(assign, cst.Assign) and any(isinstance(t.target, cst.Name) and t.target.value in self.resumed
+                                                      for t in assign.targets):
+                self.inline.add(assign.value)
 
-    def _folders(self, node: cst.If) -> list[cst.BaseExpression]:
-        """The folders the test checks with ``isdir`` and the block assigns to a resumed name."""
-        tested = [f for call in m.findall(node.test, m.Call()) if isinstance(call, cst.Call)
-                  for f in [_isdir_of(call)] if f is not None]
-        assigned = [a.value for a in m.findall(node.body, m.Assign()) if isinstance(a, cst.Assign)
-                    and any(isinstance(t.target, cst.Name) and t.target.value in self.resumed for t in a.targets)]
-        return [f for f in tested if any(f.deep_equals(v) for v in assigned)]
+    def _rewrite(self, original: cst.BaseExpression, updated: cst.BaseExpression,
+                 folders: list[cst.BaseExpression]) -> cst.BaseExpression:
+        if not folders or self.blocked(original):
+            return updated
+        test = updated.visit(_HasState(folders))
+        assert isinstance(test, cst.BaseExpression)
+        self.record(original, test, RULE,
+                    f"a folder without {STATE} was weights and a fresh start in 4.x; today's train() resumes "
+                    "only a Trainer checkpoint, and the model was built from this folder")
+        return test
 
     def leave_If(self, original_node: cst.If, updated_node: cst.If) -> cst.If:
         if not self.resumed:
             return updated_node
-        folders = self._folders(original_node)
-        if not folders or self.blocked(original_node.test):
+        assigned = [a.value for a in m.findall(original_node.body, m.Assign()) if isinstance(a, cst.Assign)
+                    and any(isinstance(t.target, cst.Name) and t.target.value in self.resumed for t in a.targets)]
+        folders = [f for f in _tested(original_node.test) if any(f.deep_equals(v) for v in assigned)]
+        return updated_node.with_changes(test=self._rewrite(original_node.test, updated_node.test, folders))
+
+    def leave_IfExp(self, original_node: cst.IfExp, updated_node: cst.IfExp) -> cst.IfExp:
+        if original_node not in self.inline:
             return updated_node
-        test = updated_node.test.visit(_HasState(folders))
-        assert isinstance(test, cst.BaseExpression)
-        self.record(original_node.test, test, RULE,
-                    f"a folder without {STATE} was weights and a fresh start in 4.x; today's train() resumes "
-                    "only a Trainer checkpoint, and the model was built from this folder")
-        return updated_node.with_changes(test=test)
+        folders = [f for f in _tested(original_node.test) if f.deep_equals(original_node.body)]
+        return updated_node.with_changes(test=self._rewrite(original_node.test, updated_node.test, folders))
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
+        func = updated_node.func
+        if not self.renames_model_path or not isinstance(func, cst.Attribute) or func.attr.value != "train":
+            return updated_node
+        given = [a.keyword.value for a in updated_node.args if a.keyword is not None]
+        if "model_path" not in given or self.blocked(original_node):
+            return updated_node
+        if "resume_from_checkpoint" in given:
+            self.flag(original_node, UNMIGRATED, "train(model_path=, resume_from_checkpoint=): 4.x took model_path= "
+                      "and ignored the other; today's train() has no model_path", hint="keep one, as resume_from_checkpoint=")
+            return updated_node
+        args = [a.with_changes(keyword=cst.Name("resume_from_checkpoint"))
+                if a.keyword is not None and a.keyword.value == "model_path" else a for a in updated_node.args]
+        new = updated_node.with_changes(args=args)
+        self.record(original_node, new, RULE, "4.2's name for resume_from_checkpoint (4.3-4.x took it with a warning)")
+        return new
