@@ -35,7 +35,6 @@ __all__ = ["ModelFolderResume"]
 
 RULE = "transformers-legacy"
 UNMIGRATED = "transformers-legacy-unmigrated"
-_RESUME = ("resume_from_checkpoint",)
 #: The receivers of ``isdir`` that are ``os.path`` as the examples import it.
 _PATH_MODULES = ("os.path", "path", "osp")
 
@@ -93,7 +92,7 @@ class ModelFolderResume(Rule):
     def __init__(self, records: Any, module: cst.Module) -> None:
         super().__init__(records, module)
         self.renames_model_path = _trainer_file(module)
-        keywords = _RESUME + (("model_path",) if self.renames_model_path else ())
+        keywords = ("resume_from_checkpoint", "model_path") if self.renames_model_path else ("resume_from_checkpoint",)
         args = [a for a in m.findall(module, m.Arg()) if isinstance(a, cst.Arg) and a.keyword is not None
                 and a.keyword.value in keywords]
         self.resumed = {a.value.value for a in args if isinstance(a.value, cst.Name)}
