@@ -16,6 +16,8 @@ import inspect
 import os
 from typing import Any
 
+from ._model import CHECKPOINT_DIR
+
 __all__ = ["MODEL_PATH", "STATE", "message", "release_requires_state", "weights_folder"]
 
 #: What makes a folder a Trainer checkpoint (the release's ``TRAINER_STATE_NAME``).
@@ -37,13 +39,22 @@ def release_requires_state(train: Any) -> bool:
 
 
 def weights_folder(resume_from_checkpoint: Any) -> str | None:
-    """The folder ``resume_from_checkpoint`` names when it is one without a Trainer state, else None."""
+    """The folder ``resume_from_checkpoint`` names when it holds a model and nothing of a Trainer
+    checkpoint, else None.  A checkpoint that lost its state (a save cut short) is left to the
+    release, which says the state is missing: starting it fresh would silently drop its step."""
     if isinstance(resume_from_checkpoint, bool) or not isinstance(resume_from_checkpoint, (str, os.PathLike)):
         return None
     folder = os.fspath(resume_from_checkpoint)
-    if os.path.isdir(folder) and not os.path.isfile(os.path.join(folder, STATE)):
-        return folder
-    return None
+    if not os.path.isdir(folder) or any(_checkpoint_file(name) for name in os.listdir(folder)):
+        return None
+    return folder
+
+
+def _checkpoint_file(name: str) -> bool:
+    """Whether a file of this name makes a folder a Trainer checkpoint (the state, the optimizer, the
+    scheduler, the RNG states, the portable checkpoint of a sharded run)."""
+    return name in (STATE, "optimizer.pt", "optimizer.bin", "scheduler.pt", CHECKPOINT_DIR) or (
+        name.startswith("rng_state") and name.endswith(".pth"))
 
 
 def message(folder: str) -> str:
