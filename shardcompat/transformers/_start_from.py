@@ -16,8 +16,6 @@ import inspect
 import os
 from typing import Any
 
-from ._model import CHECKPOINT_DIR
-
 __all__ = ["MODEL_PATH", "STATE", "message", "release_requires_state", "weights_folder"]
 
 #: What makes a folder a Trainer checkpoint (the release's ``TRAINER_STATE_NAME``).
@@ -45,16 +43,15 @@ def weights_folder(resume_from_checkpoint: Any) -> str | None:
     if isinstance(resume_from_checkpoint, bool) or not isinstance(resume_from_checkpoint, (str, os.PathLike)):
         return None
     folder = os.fspath(resume_from_checkpoint)
-    if not os.path.isdir(folder) or any(_checkpoint_file(name) for name in os.listdir(folder)):
+    if not os.path.isdir(folder):
+        return None
+    from ._model import CHECKPOINT_DIR  # here: the migrate rule imports this module without torch
+
+    # the state, the optimizer, the scheduler, the RNG states, a sharded run's portable checkpoint
+    marks = (STATE, "optimizer.pt", "optimizer.bin", "scheduler.pt", CHECKPOINT_DIR)
+    if any(name in marks or (name.startswith("rng_state") and name.endswith(".pth")) for name in os.listdir(folder)):
         return None
     return folder
-
-
-def _checkpoint_file(name: str) -> bool:
-    """Whether a file of this name makes a folder a Trainer checkpoint (the state, the optimizer, the
-    scheduler, the RNG states, the portable checkpoint of a sharded run)."""
-    return name in (STATE, "optimizer.pt", "optimizer.bin", "scheduler.pt", CHECKPOINT_DIR) or (
-        name.startswith("rng_state") and name.endswith(".pth"))
 
 
 def message(folder: str) -> str:
