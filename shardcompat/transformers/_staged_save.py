@@ -42,7 +42,7 @@ def save_staged(trainer: Any, save: Callable[[], None], trial: Any) -> None:
     staging, final = os.path.join(run_dir, f".{name}.staging"), os.path.join(run_dir, name)
     first_on_node = int(getattr(args, "local_process_index", 0)) == 0
     if first_on_node and os.path.isdir(staging):
-        shutil.rmtree(staging)  # what a save that died left of itself: this module's own name
+        shutil.rmtree(staging, ignore_errors=True)  # what a save that died left of itself (another node may too)
     _barrier()
     trainer._get_output_dir = lambda trial=None: staging  # this call only: the instance attribute goes below
     try:
@@ -66,15 +66,26 @@ def save_staged(trainer: Any, save: Callable[[], None], trial: Any) -> None:
 
 def _commit(new: str, final: str) -> None:
     """Rename ``new`` to ``final``; a folder already there for the same step (the release would
-    have written over it) is moved aside first and removed after."""
+    have written over it) is moved aside first and removed after.
+
+    On a filesystem the nodes share, every node's first process commits the same folder: the
+    one whose rename finds ``new`` gone puts back what it moved aside (the other's commit, or
+    a stale folder the commit now replaces, which goes)."""
     old = None
     if os.path.isdir(final):
         old = f"{os.path.dirname(final)}/.{os.path.basename(final)}.replaced"
         shutil.rmtree(old, ignore_errors=True)
-        os.rename(final, old)
+        try:
+            os.rename(final, old)
+        except FileNotFoundError:  # another node moved it aside first
+            old = None
     try:
         os.rename(new, final)
-    except FileNotFoundError:  # another node's process on a shared filesystem committed it first
+    except FileNotFoundError:  # another node's process committed it first
+        if old is not None:
+            with contextlib.suppress(OSError):  # final is there again if old was the stale one
+                os.rename(old, final)
+            shutil.rmtree(old, ignore_errors=True)
         return
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)

@@ -63,3 +63,26 @@ def test_each_trainer_checkpoint_appears_with_every_rank_s_files_in_it(tmp_path:
         assert at_appearance == final, f"{name} appeared before it was complete"
     assert not [p.name for p in out.iterdir() if p.name.startswith(".")]  # no staging left
     transformers.AutoModelForCausalLM.from_pretrained(out / f"checkpoint-{STEPS}")
+
+
+def _folder(path: Path, content: str) -> Path:
+    path.mkdir(parents=True)
+    (path / "trainer_state.json").write_text(content)
+    return path
+
+
+@pytest.mark.parametrize("stale", [False, True], ids=["fresh", "stale-folder-there"])
+def test_two_nodes_committing_one_shared_folder_leave_the_checkpoint_in_place(tmp_path: Path, stale: bool) -> None:
+    """Each node's first process commits; on a shared filesystem the second finds the staging
+    folder already renamed (seen in the 2x2 multinode test: the checkpoint ended up moved aside)."""
+    from shardcompat.transformers._staged_save import _commit
+
+    new, final = tmp_path / ".checkpoint-4.staging" / "checkpoint-4", tmp_path / "checkpoint-4"
+    _folder(new, "new")
+    if stale:  # an earlier run's folder for the same step: replaced by the commit
+        _folder(final, "stale")
+    _commit(str(new), str(final))  # node A
+    _commit(str(new), str(final))  # node B, after A: its staging folder is A's, already renamed
+    assert (final / "trainer_state.json").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".checkpoint-4.staging", "checkpoint-4"]
+
