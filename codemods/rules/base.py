@@ -152,6 +152,23 @@ class Rule(cst.CSTTransformer):
         number = line or self.line(node)
         self.records.warnings.append(Finding(number, rule, message, HINTS.get(rule, "") if hint is None else hint))
 
+    def rename_keyword(self, original: cst.Call, updated: cst.Call, old: str, new: str, rules: tuple[str, str],
+                       note: str, both: str) -> cst.Call:
+        """``f(old=x)`` to ``f(new=x)``, recorded under ``rules[0]`` with ``note``; a call that gives
+        both is left as written and flagged under ``rules[1]`` with the message ``both``: which
+        of the two the author meant is theirs to say."""
+        given = {a.keyword.value for a in updated.args if a.keyword is not None}
+        if old not in given or self.blocked(original):
+            return updated
+        if new in given:
+            self.flag(original, rules[1], both, hint=f"keep only {new}=")
+            return updated
+        renamed = updated.with_changes(args=[a.with_changes(keyword=cst.Name(new))
+                                             if a.keyword is not None and a.keyword.value == old else a
+                                             for a in updated.args])
+        self.record(original, renamed, rules[0], note)
+        return renamed
+
 
 def run(module: cst.Module, records: Records, rules: Sequence[type[Rule]]) -> cst.Module:
     """Each rule over ``module`` in turn (nothing when the file opts out)."""

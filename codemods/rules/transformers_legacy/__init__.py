@@ -8,3 +8,7 @@ as ``resume_from_checkpoint``; :mod:`.commands` the libcst codemod command.
 The table is imported, never copied, so what ``shardcompat run`` serves and what migrates
 cannot disagree.
 """
+
+#: The rule name of every edit, and of every use left for a person.
+RULE = "transformers-legacy"
+UNMIGRATED = "transformers-legacy-unmigrated"

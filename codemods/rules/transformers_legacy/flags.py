@@ -25,8 +25,8 @@ from ...formats.commands import (
     removal_span,
 )
 from ...formats.spans import Issue, Rewrite, SpanEdit
+from . import UNMIGRATED
 from .plans import NOT_LITERAL, Plan, plan_field, rows_named
-from .python import UNMIGRATED
 
 __all__ = ["rewrite_flags"]
 

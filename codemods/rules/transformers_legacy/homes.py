@@ -32,12 +32,11 @@ import libcst as cst
 from shardcompat.transformers.legacy_table import SURFACE, Home, Kind, Removed, precise_family
 
 from ..base import Rule, dotted
+from . import RULE, UNMIGRATED
 from .plans import rows_named
 
 __all__ = ["TodaysHomes", "row_for"]
 
-RULE = "transformers-legacy"
-UNMIGRATED = "transformers-legacy-unmigrated"
 _DEEPSPEED, _TODAYS_DEEPSPEED = "transformers.deepspeed", "transformers.integrations.deepspeed"
 _FIRST_TABLE = {"transformers": (Kind.TOP_LEVEL,), "transformers.utils": (Kind.UTILS,)}
 _ALIASES = {"transformers.file_utils": "transformers.utils"}  # 4.x's alias module

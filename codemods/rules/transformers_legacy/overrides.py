@@ -35,11 +35,10 @@ from shardcompat.transformers._overrides import Change, Served, by_method, signa
 from shardcompat.transformers.legacy_table import MEMBERS
 
 from ..base import Rule, dotted
+from . import RULE, UNMIGRATED
 
 __all__ = ["TrainerOverrides"]
 
-RULE = "transformers-legacy"
-UNMIGRATED = "transformers-legacy-unmigrated"
 _INIT_POSITIONAL = 7  # 4.x and today agree on the first seven Trainer(...) parameters
 _TODAY_KEYWORD = {"tokenizer": "processing_class"}
 #: 4.x Trainer internals a subclass read, and today's replacement (from the table's rows).
@@ -406,18 +405,9 @@ class TrainerOverrides(Rule):
     def _tokenizer_keyword(self, original: cst.Call, updated: cst.Call) -> cst.Call:
         """``super().__init__(..., tokenizer=tok)`` -> ``processing_class=tok`` (a ``...Trainer(...)``
         call gets it from the legacy-names rule)."""
-        given = {a.keyword.value for a in updated.args if a.keyword is not None}
-        if "tokenizer" not in given or self.blocked(original):
-            return updated
-        if "processing_class" in given:
-            self.flag(original, UNMIGRATED, "super().__init__(tokenizer=..., processing_class=...): both given",
-                      hint="keep only processing_class=")
-            return updated
-        args = [a.with_changes(keyword=cst.Name("processing_class"))
-                if a.keyword is not None and a.keyword.value == "tokenizer" else a for a in updated.args]
-        new = updated.with_changes(args=args)
-        self.record(original, new, RULE, "renamed in 4.46; the Trainer saves and pads with it as before")
-        return new
+        return self.rename_keyword(original, updated, "tokenizer", "processing_class", (RULE, UNMIGRATED),
+                                   "renamed in 4.46; the Trainer saves and pads with it as before",
+                                   both="super().__init__(tokenizer=..., processing_class=...): both given")
 
     def _constructor(self, original: cst.Call, updated: cst.Call, owner: str) -> cst.BaseExpression:
         positional = [a for a in updated.args if a.keyword is None and not a.star]

@@ -30,13 +30,12 @@ import libcst as cst
 from shardcompat.transformers.legacy_table import Kind, LegacyName, Served, loader_callees
 
 from ..base import NodeSet, Rule, dotted
+from . import RULE, UNMIGRATED
 from .ownfield import OWN_ROWS, OwnField, own_field
 from .plans import NAMES, NOT_LITERAL, REMOVED_TOP_LEVEL, Plan, plan_field, plan_name, rows_named
 
 __all__ = ["RULE", "UNMIGRATED", "TransformersLegacy", "needs_module"]
 
-RULE = "transformers-legacy"
-UNMIGRATED = "transformers-legacy-unmigrated"
 _MODULES = {"transformers": (Kind.TOP_LEVEL,), "transformers.utils": (Kind.UTILS,)}
 #: ``tokenizer`` is everywhere in Transformers code (``tokenizer = AutoTokenizer...``); only
 #: the keyword form inside a call counts.

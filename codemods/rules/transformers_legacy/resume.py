@@ -22,7 +22,7 @@ os.path.isdir(FOLDER) else None`` passed or assigned so.  4.2's run_glue wrote t
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard
 
 import libcst as cst
 import libcst.matchers as m
@@ -30,11 +30,10 @@ import libcst.matchers as m
 from shardcompat.transformers._start_from import STATE
 
 from ..base import NodeSet, Rule, dotted
+from . import RULE, UNMIGRATED
 
 __all__ = ["ModelFolderResume"]
 
-RULE = "transformers-legacy"
-UNMIGRATED = "transformers-legacy-unmigrated"
 #: The receivers of ``isdir`` that are ``os.path`` as the examples import it.
 _PATH_MODULES = ("os.path", "path", "osp")
 
@@ -101,9 +100,13 @@ class ModelFolderResume(Rule):
             if isinstance(a.value, cst.IfExp):
                 self.inline.add(a.value)
         for assign in m.findall(module, m.Assign(value=m.IfExp())):
-            if isinstance(assign, cst.Assign) and any(isinstance(t.target, cst.Name) and t.target.value in self.resumed
-                                                      for t in assign.targets):
+            if self._assigns_resumed(assign):
                 self.inline.add(assign.value)
+
+    def _assigns_resumed(self, node: cst.CSTNode) -> TypeGuard[cst.Assign]:
+        """Whether ``node`` assigns to a name the file passes as ``resume_from_checkpoint=``."""
+        return isinstance(node, cst.Assign) and any(isinstance(t.target, cst.Name) and t.target.value in self.resumed
+                                                    for t in node.targets)
 
     def _rewrite(self, original: cst.BaseExpression, updated: cst.BaseExpression,
                  folders: list[cst.BaseExpression]) -> cst.BaseExpression:
@@ -119,8 +122,8 @@ class ModelFolderResume(Rule):
     def leave_If(self, original_node: cst.If, updated_node: cst.If) -> cst.If:
         if not self.resumed:
             return updated_node
-        assigned = [a.value for a in m.findall(original_node.body, m.Assign()) if isinstance(a, cst.Assign)
-                    and any(isinstance(t.target, cst.Name) and t.target.value in self.resumed for t in a.targets)]
+        assigned = [a.value for a in m.findall(original_node.body, m.Assign())
+                    if self._assigns_resumed(a)]
         folders = [f for f in _tested(original_node.test) if any(f.deep_equals(v) for v in assigned)]
         return updated_node.with_changes(test=self._rewrite(original_node.test, updated_node.test, folders))
 
@@ -134,15 +137,8 @@ class ModelFolderResume(Rule):
         func = updated_node.func
         if not self.renames_model_path or not isinstance(func, cst.Attribute) or func.attr.value != "train":
             return updated_node
-        given = [a.keyword.value for a in updated_node.args if a.keyword is not None]
-        if "model_path" not in given or self.blocked(original_node):
-            return updated_node
-        if "resume_from_checkpoint" in given:
-            self.flag(original_node, UNMIGRATED, "train(model_path=, resume_from_checkpoint=): 4.x took model_path= "
-                      "and ignored the other; today's train() has no model_path", hint="keep one, as resume_from_checkpoint=")
-            return updated_node
-        args = [a.with_changes(keyword=cst.Name("resume_from_checkpoint"))
-                if a.keyword is not None and a.keyword.value == "model_path" else a for a in updated_node.args]
-        new = updated_node.with_changes(args=args)
-        self.record(original_node, new, RULE, "4.2's name for resume_from_checkpoint (4.3-4.x took it with a warning)")
-        return new
+        return self.rename_keyword(original_node, updated_node, "model_path", "resume_from_checkpoint",
+                                   (RULE, UNMIGRATED),
+                                   "4.2's name for resume_from_checkpoint (4.3-4.x took it with a warning)",
+                                   both="train(model_path=, resume_from_checkpoint=): 4.x took model_path= and ignored "
+                                   "the other; today's train() has no model_path")

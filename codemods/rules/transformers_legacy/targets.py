@@ -16,11 +16,10 @@ import libcst as cst
 from shardcompat.transformers.legacy_table import SURFACE
 
 from ..base import Rule, dotted
+from . import RULE, UNMIGRATED
 
 __all__ = ["TargetTokenizer"]
 
-RULE = "transformers-legacy"
-UNMIGRATED = "transformers-legacy-unmigrated"
 _ROWS = {r.pattern.rsplit(".", 1)[-1]: r for r in SURFACE if r.pattern.startswith("PreTrainedTokenizerBase.")}
 
 
