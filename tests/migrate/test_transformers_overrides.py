@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from codemods.formats.python import migrate_source
+from codemods.rules.transformers_legacy import UNMIGRATED
 from codemods.rules.transformers_legacy.homes import row_for
-from codemods.rules.transformers_legacy.python import UNMIGRATED
 from codemods.run.context import Settings
 from shardcompat.transformers._overrides import PROTOCOL, Change, Served
 from shardcompat.transformers.legacy_table import SURFACE, Removed
@@ -192,3 +192,12 @@ def test_a_skip_marker_on_the_def_keeps_the_whole_override_in_its_4x_form() -> N
             "    def compute_loss(self, model, inputs):  # shardcompat: skip\n        return 0\n")
     out, reported = _migrate(code)
     assert out == code and not reported
+
+
+def test_super_init_tokenizer_becomes_processing_class_unless_both_are_given() -> None:
+    head = "from transformers import Trainer\n\n\nclass Mine(Trainer):\n    def __init__(self, *args, tok=None, **kwargs):\n"
+    out, left = _migrate(head + "        super().__init__(*args, tokenizer=tok, **kwargs)\n")
+    assert "super().__init__(*args, processing_class=tok, **kwargs)" in out and not left
+    both = head + "        super().__init__(*args, tokenizer=tok, processing_class=tok, **kwargs)\n"
+    out, left = _migrate(both)
+    assert out == both and left == ["super().__init__(tokenizer=..., processing_class=...): both given"]
