@@ -16,9 +16,9 @@ import pytest
 from codemods.cli import build_parser, main
 from codemods.formats.python import migrate_source
 from codemods.formats.spans import apply_spans
+from codemods.rules.transformers_legacy import UNMIGRATED
 from codemods.rules.transformers_legacy.flags import rewrite_flags
 from codemods.rules.transformers_legacy.plans import Plan, has_rule, plan_field, plan_name
-from codemods.rules.transformers_legacy.python import UNMIGRATED
 from codemods.run.context import Settings
 from shardcompat.transformers.legacy_table import FIELDS, ROWS, Kind, LegacyName, Served
 

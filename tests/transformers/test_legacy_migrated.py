@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from codemods.cli import build_parser, run
-from codemods.rules.transformers_legacy.python import UNMIGRATED
+from codemods.rules.transformers_legacy import UNMIGRATED
 from shardcompat.transformers.legacy_table import ROWS, Kind, Served
 
 from ._stock import TORCHRUN
