@@ -352,6 +352,10 @@ def _installed_class(cls: type) -> ClassSurface:
     return out
 
 
+def _module_name(module: str) -> str:
+    return f"transformers.{module}" if module else "transformers"
+
+
 def installed_surface(refresh: bool = False) -> dict[str, Any]:
     """``{"version", "modules": {module: [names]}, "classes": {cls: {...}}}`` of the installed
     release, from importing it once per version (then from the cache)."""
@@ -362,13 +366,14 @@ def installed_surface(refresh: bool = False) -> dict[str, Any]:
     if not refresh and cache.is_file():
         try:
             data: dict[str, Any] = json.loads(cache.read_text())
-            if data.get("version") == version and data.get("file") == transformers.__file__:
-                return data
+            if data.get("version") == version and data.get("file") == transformers.__file__ \
+                    and sorted(data.get("modules", ())) == sorted(_module_name(m) for m in MODULES):
+                return data  # the same release, surveyed over the same modules
         except (OSError, ValueError):
             pass
     modules: dict[str, list[str]] = {}
     for module in MODULES:
-        name = f"transformers.{module}" if module else "transformers"
+        name = _module_name(module)
         try:
             modules[name] = sorted(dir(importlib.import_module(name)))
         except ImportError:
