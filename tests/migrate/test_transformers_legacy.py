@@ -236,6 +236,23 @@ def test_overwrite_output_dir_is_reported_where_the_file_does_not_show_its_datac
     assert "overwrite_output_dir" in result.warnings[0].message
 
 
+def test_overwrite_output_dir_moves_beside_an_imported_glue_arguments_class() -> None:
+    """3.x-4.0's run_glue.py parsed ``GlueDataTrainingArguments as DataTrainingArguments`` beside
+    TrainingArguments: the imported data class is no Trainer's, so the field goes to the own one."""
+    code = (
+        "from dataclasses import dataclass, field\n"
+        "from transformers import GlueDataTrainingArguments as DataTrainingArguments\n\n\n"
+        "@dataclass\nclass ModelArguments:\n    path: str = ''\n\n\n"
+        "parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments))\n"
+        "model_args, data_args, training_args = parser.parse_args_into_dataclasses()\n"
+        "resume = not training_args.overwrite_output_dir\n"
+    )
+    new, result = _migrate(code)
+    assert "resume = not model_args.overwrite_output_dir" in new and not result.warnings
+    assert "    overwrite_output_dir: bool = field(default=False" in new
+    assert "from shardcompat.transformers.glue import GlueDataTrainingArguments as DataTrainingArguments" in new
+
+
 def test_a_mapped_function_loses_the_4x_arguments_todays_does_not_take() -> None:
     """4.30's trainer_qa.py calls is_torch_tpu_available(check_device=False); today's
     is_torch_xla_available has no such parameter, and shardcompat run asks it without them too."""

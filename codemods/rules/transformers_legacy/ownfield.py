@@ -23,6 +23,10 @@ __all__ = ["OWN_ROWS", "OwnField", "own_field"]
 OWN_ROWS: dict[str, LegacyName] = {r.name: r for r in FIELDS if r.served is Served.NO_OP and r.replacement}
 
 
+#: The Trainer's own argument classes, by the names scripts import them as.
+_TRAINERS_ARGUMENTS = ("TrainingArguments", "Seq2SeqTrainingArguments")
+
+
 @dataclass(frozen=True)
 class OwnField:
     """Move reads of ``names`` on ``source`` (the TrainingArguments object) to ``target``, and
@@ -61,6 +65,8 @@ def own_field(tree: ast.Module) -> OwnField | None:
         return None
     names = [e.id if isinstance(e, ast.Name) else "" for e in parsers[0].args[0].elts]  # type: ignore[attr-defined]
     training = [i for i, n in enumerate(names) if n.endswith("TrainingArguments") and n not in classes]
+    if len(training) > 1:  # 3.x-4.0: ``GlueDataTrainingArguments as DataTrainingArguments`` beside the Trainer's
+        training = [i for i in training if names[i] in _TRAINERS_ARGUMENTS]
     own = [i for i, n in enumerate(names) if n in classes]
     if len(training) != 1 or not own:
         return None
