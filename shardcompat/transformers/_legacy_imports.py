@@ -64,6 +64,10 @@ def _module_rows() -> dict[str, list[Removed]]:
                     out.setdefault(m, []).append(r)
         else:
             out.setdefault(module, []).append(r)
+            if r.pattern.endswith(".*"):  # ``transformers.data.processors.*``: its submodules' names too
+                for m in SURVEYED_MODULES:
+                    if m.startswith(module + "."):
+                        out.setdefault(m, []).append(r)
     return out
 
 
@@ -233,7 +237,9 @@ class _Finder(importlib.abc.MetaPathFinder):
             if fullname not in GONE_MODULES:
                 return None
             self._installed.gone.append(fullname)
-            return importlib.machinery.ModuleSpec(fullname, _Loader(self._installed, fullname, None))
+            package = any(m.startswith(fullname + ".") for m in GONE_MODULES)
+            return importlib.machinery.ModuleSpec(fullname, _Loader(self._installed, fullname, None),
+                                                  is_package=package)
         if spec.loader is None:
             return None
         spec.loader = _Loader(self._installed, fullname, spec.loader)

@@ -478,6 +478,7 @@ SERVED_NAMES: tuple[Removed, ...] = (
             f"{_LF}:AutoModelWithLMHead", deprecated="<=4.30"),
     _served("transformers.DataCollatorForWholeWordMask", _WWM, _WWM_WHY, _WWM_AT),
     _served("transformers.data.data_collator.DataCollatorForWholeWordMask", _WWM, _WWM_WHY, _WWM_AT),
+    _served("transformers.data.DataCollatorForWholeWordMask", _WWM, _WWM_WHY, _WWM_AT),
     _served("transformers.trainer.is_fairscale_available", "importlib.util.find_spec('fairscale') is not None",
             "the same question: is fairscale importable (under shardcompat run the facade answers for it)",
             f"{_LF}:is_fairscale_available"),
@@ -575,6 +576,35 @@ SERVED_NAMES += tuple(
     for n in ("TRANSFORMERS_CACHE", "PYTORCH_TRANSFORMERS_CACHE", "PYTORCH_PRETRAINED_BERT_CACHE",
               "is_keras_nlp_available", "is_tensorflow_text_available", "is_decord_available"))
 
+#: 4.30's GLUE data layer (``transformers.data``: processors, feature conversion, metrics,
+#: ``GlueDataset``), served by shardcompat's own (:mod:`shardcompat.transformers.glue`, a public
+#: module: the migration imports the names from there) at every module 4.30 had each name in
+#: (the survey of its wheel lists them).
+_GLUE_CORE = ("DataProcessor", "InputExample", "InputFeatures", "glue_convert_examples_to_features",
+              "glue_output_modes", "glue_processors", "glue_tasks_num_labels")
+_GLUE_DATASET = ("GlueDataTrainingArguments", "GlueDataset")
+GLUE_HOMES: dict[str, tuple[str, ...]] = {
+    "transformers": (*_GLUE_CORE, "glue_compute_metrics", *_GLUE_DATASET),
+    "transformers.data": (*_GLUE_CORE, "glue_compute_metrics"),
+    "transformers.data.processors": _GLUE_CORE,
+    "transformers.data.processors.utils": _GLUE_CORE[:3],
+    "transformers.data.processors.glue": (*_GLUE_CORE, "OutputMode", *(f"{t}Processor" for t in (
+        "Cola", "Mnli", "MnliMismatched", "Mrpc", "Qnli", "Qqp", "Rte", "Sst2", "Stsb", "Wnli"))),
+    "transformers.data.metrics": ("simple_accuracy", "acc_and_f1", "pearson_and_spearman", "glue_compute_metrics"),
+    "transformers.data.datasets": _GLUE_DATASET,
+    "transformers.data.datasets.glue": (*_GLUE_DATASET, "Split", "InputFeatures", "glue_convert_examples_to_features",
+                                        "glue_output_modes", "glue_processors"),
+}
+_GLUE_WHY = ("Transformers has no successor, so shardcompat keeps 4.30's reading of GLUE's TSV files, its "
+             "features and scores (with scikit-learn and SciPy, as 4.x); GlueDataset caches its features as JSON "
+             "and never loads 4.x's pickled cache; load_dataset('glue', TASK) and evaluate.load('glue', TASK) are "
+             "today's way, as today's run_glue.py")
+SERVED_NAMES += tuple(
+    _served(f"{module}.{name}", f"from shardcompat.transformers.glue import {name}", _GLUE_WHY,
+            f"shardcompat.transformers.glue:{name}",
+            deprecated="<=4.30", removed="5.0")
+    for module, names in GLUE_HOMES.items() for name in names)
+
 #: What code of the era uses beyond the 4.30 survey: names of modules it does not read, and names
 #: gone before 4.30, found by ``python -m shardcompat.transformers.legacy_usage`` over the example
 #: scripts of 4.20-4.30 (``examples/pytorch``, ``examples/research_projects`` at each release
@@ -602,6 +632,9 @@ EXAMPLES: tuple[Removed, ...] = (
              "post-processing (utils_qa.py)", "the SQuAD and GLUE metric helpers left with 5.0", removed="5.0"),
     _refused("transformers.data.processors.*", "the datasets library (load_dataset) and the example's own "
              "preprocessing", "the GLUE, SQuAD and XNLI processors left with 5.0", removed="5.0"),
+    _refused("transformers.data.datasets.*", "the datasets library (load_dataset) and the tokenizer, as today's "
+             "example scripts read their data", "the text, SQuAD and GLUE datasets of transformers.data left with 5.0",
+             removed="5.0"),
     _refused("transformers.modeling_flax_utils.*", "the PyTorch classes", _NO_TF, removed="5.0"),
     _refused("transformers.models.*.modeling_flax_*.*", "the PyTorch classes", _NO_TF, removed="5.0"),
     _refused("transformers.models.*.modeling_*.load_tf_weights_in_*", "convert the TensorFlow checkpoint with "
@@ -651,8 +684,9 @@ REFUSED_NAMES: tuple[Removed, ...] = (
     # module names with no honest mapping
     _refused("transformers.data.data_collator.DataCollatorForSOP", "DataCollatorForLanguageModeling",
              "4.30 already deprecated it; the sentence-order labels need the script's own collator"),
-    _refused("transformers.DataCollatorForSOP", "DataCollatorForLanguageModeling",
-             "4.30 already deprecated it; the sentence-order labels need the script's own collator"),
+    *(_refused(f"transformers.{m}DataCollatorForSOP", "DataCollatorForLanguageModeling",
+               "4.30 already deprecated it; the sentence-order labels need the script's own collator")
+      for m in ("", "data.")),
     _refused("transformers.data.data_collator.tf_default_data_collator", "default_data_collator", _NO_TF),
     _refused("transformers.data.data_collator.tolist", "x.tolist()", "a private helper of the 4.30 collators"),
     _refused("transformers.modeling_utils.find_pruneable_heads_and_indices", "none (5.x removed head pruning)",
@@ -893,8 +927,20 @@ COVERAGE: dict[str, Any] = {
         "Seq2SeqTrainer": (20, 9, 11, 0),
         "Trainer": (20, 9, 11, 0),
         "TrainingArguments": (63, 61, 2, 0),
-        "transformers": (1336, 95, 1241, 0),
+        "transformers": (1336, 105, 1231, 0),
+        "transformers.data": (20, 9, 11, 0),
         "transformers.data.data_collator": (6, 3, 3, 0),
+        "transformers.data.datasets": (9, 2, 7, 0),
+        "transformers.data.datasets.glue": (10, 7, 3, 0),
+        "transformers.data.datasets.language_modeling": (9, 0, 9, 0),
+        "transformers.data.datasets.squad": (13, 0, 13, 0),
+        "transformers.data.metrics": (8, 4, 4, 0),
+        "transformers.data.metrics.squad_metrics": (19, 0, 19, 0),
+        "transformers.data.processors": (16, 7, 9, 0),
+        "transformers.data.processors.glue": (23, 18, 5, 0),
+        "transformers.data.processors.squad": (19, 0, 19, 0),
+        "transformers.data.processors.utils": (8, 3, 5, 0),
+        "transformers.data.processors.xnli": (8, 0, 8, 0),
         "transformers.deepspeed": (15, 15, 0, 0),
         "transformers.file_utils": (29, 26, 3, 0),
         "transformers.modeling_utils": (45, 26, 19, 0),
@@ -910,12 +956,17 @@ COVERAGE: dict[str, Any] = {
 
 
 #: The modules whose public names the survey compares, the import hook serves and the docs count.
-SURVEYED_MODULES = ("transformers", "transformers.utils", "transformers.file_utils", "transformers.trainer",
+SURVEYED_MODULES: tuple[str, ...] = ("transformers", "transformers.utils", "transformers.file_utils", "transformers.trainer",
                     "transformers.trainer_utils", "transformers.trainer_pt_utils", "transformers.training_args",
                     "transformers.deepspeed", "transformers.optimization", "transformers.modeling_utils",
-                    "transformers.pytorch_utils", "transformers.data.data_collator")
+                    "transformers.pytorch_utils", "transformers.data.data_collator", "transformers.data")
+#: ``transformers.data``'s 4.x processors, metrics and datasets, which 5.0 removed.
+_GONE_DATA = tuple(f"transformers.data.{m}" for m in (
+    "processors", "processors.utils", "processors.glue", "processors.squad", "processors.xnli", "metrics",
+    "metrics.squad_metrics", "datasets", "datasets.glue", "datasets.squad", "datasets.language_modeling"))
+SURVEYED_MODULES += _GONE_DATA
 #: 4.x modules the installed release no longer has, served as modules of forwarding names.
-GONE_MODULES = ("transformers.deepspeed", "transformers.generation_utils")
+GONE_MODULES = ("transformers.deepspeed", "transformers.generation_utils", *_GONE_DATA)
 _TODAYS_MODULES = frozenset(SURVEYED_MODULES) - frozenset(GONE_MODULES)
 
 

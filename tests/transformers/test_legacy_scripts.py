@@ -1,6 +1,8 @@
 """4.30-era scripts run unchanged under ``shardcompat run`` and train as their hand-ported twins do on stock 5.x.
 
-``scripts/run_glue_legacy.py`` (sequence classification), ``scripts/run_translation_legacy.py``
+``scripts/run_glue_legacy.py`` (sequence classification), ``scripts/run_glue_dataset_legacy.py``
+(the same on GLUE's TSV files through 4.x's ``GlueDataset`` and ``glue_compute_metrics``, whose
+stock twin imports them from ``shardcompat.transformers.glue``), ``scripts/run_translation_legacy.py``
 (seq2seq, ``--predict_with_generate``) and ``scripts/run_clm_datasets_legacy.py`` (causal LM on
 CSV / JSON files through ``datasets.load_dataset``) use the API of Transformers 4.30 (see their
 docstrings) and ``--evaluation_strategy``/``--overwrite_output_dir`` on their command lines; the
@@ -59,6 +61,18 @@ PORTS = {
         ("elif os.path.isdir(model_args.model_name_or_path):",  # 4.x resumed a model folder as a fresh start
          'elif os.path.isfile(os.path.join(model_args.model_name_or_path, "trainer_state.json")):', 1),
         _own_field('    pad_to_max_length: bool = field(default=True, metadata={"help": "Pad every sample to max_seq_length."})\n'),
+    ],
+    "run_glue_dataset_legacy.py": [  # 4.x's GLUE layer has no Transformers successor: shardcompat keeps it
+        *(edit for edit in COMMON_PORT if "tokenizer=" not in edit[0]),  # it passes no tokenizer, as 3.x-4.0
+        ("    is_torch_tpu_available,\n", "    is_torch_xla_available,\n", 1),
+        ("not is_torch_tpu_available()", "not is_torch_xla_available()", 1),
+        ('    send_example_telemetry("run_glue", model_args, data_args)\n', "", 1),
+        ("    GlueDataset,\n", "", 1),
+        ("    glue_compute_metrics,\n    glue_output_modes,\n    glue_tasks_num_labels,\n", "", 1),
+        ("from transformers import GlueDataTrainingArguments as DataTrainingArguments\n",
+         "from shardcompat.transformers.glue import GlueDataTrainingArguments, GlueDataset, glue_compute_metrics, "
+         "glue_output_modes, glue_tasks_num_labels\n\n\n@dataclass\nclass DataTrainingArguments(GlueDataTrainingArguments):\n"
+         '    overwrite_output_dir: bool = field(default=False, metadata={"help": "Start over."})\n', 1),
     ],
     "run_translation_legacy.py": [
         *COMMON_PORT,
@@ -157,6 +171,22 @@ def _glue_assets(root: Path) -> list[str]:
             "--validation_file", str(_jsonl(root, "validation", 16, row))]
 
 
+def _glue_tsv_assets(root: Path) -> list[str]:
+    """The same classifier; the task's files in GLUE's MRPC layout (read by ``GlueDataset``)."""
+    model = _glue_assets(root)[:2]
+    rows = {split: [json.loads(line) for line in (root / f"{split}.jsonl").read_text().splitlines()]
+            for split in ("train", "validation")}
+    data = root / "MRPC"
+    data.mkdir()
+    for split, name in (("train", "train.tsv"), ("validation", "dev.tsv")):
+        lines = ["Quality\t#1 ID\t#2 ID\t#1 String\t#2 String"]
+        lines += [f"{r['label']}\t{2 * i}\t{2 * i + 1}\t{r['sentence1']}\t{r['sentence2']}" for i, r in enumerate(rows[split])]
+        (data / name).write_text("\n".join(lines) + "\n")
+    # --overwrite_cache: a 4.x release's own GlueDataset would torch.load its pickled cache, which
+    # today's torch refuses (weights_only); each run builds its features
+    return [*model, "--task_name", "MRPC", "--data_dir", str(data), "--max_seq_length", "16", "--overwrite_cache"]
+
+
 def _translation_assets(root: Path) -> list[str]:
     """A tiny T5; the "translation" reverses the words."""
     import torch
@@ -194,7 +224,8 @@ def _clm_assets(root: Path) -> list[str]:
             str(validation), "--block_size", "8", "--cache_dir", str(root / "cache")]
 
 
-SCRIPT_ASSETS = {"run_glue_legacy.py": _glue_assets, "run_translation_legacy.py": _translation_assets}
+SCRIPT_ASSETS = {"run_glue_legacy.py": _glue_assets, "run_glue_dataset_legacy.py": _glue_tsv_assets,
+                 "run_translation_legacy.py": _translation_assets}
 # The `datasets` script needs `datasets` (in the test extra), importable next to this Transformers.
 try:
     import datasets  # noqa: F401
@@ -203,9 +234,11 @@ except ImportError:
 else:
     SCRIPT_ASSETS["run_clm_datasets_legacy.py"] = _clm_assets
 MODEL_CLASSES = {"run_glue_legacy.py": "AutoModelForSequenceClassification",
+                 "run_glue_dataset_legacy.py": "AutoModelForSequenceClassification",
                  "run_translation_legacy.py": "AutoModelForSeq2SeqLM",
                  "run_clm_datasets_legacy.py": "AutoModelForCausalLM"}
-METRIC = {"run_glue_legacy.py": "eval_accuracy", "run_translation_legacy.py": "eval_gen_len",
+METRIC = {"run_glue_legacy.py": "eval_accuracy", "run_glue_dataset_legacy.py": "eval_f1",
+          "run_translation_legacy.py": "eval_gen_len",
           "run_clm_datasets_legacy.py": "eval_accuracy"}
 RUNS = [(script, sharding) for script in SCRIPT_ASSETS for sharding in SHARDINGS]
 
@@ -276,7 +309,7 @@ def test_the_legacy_script_runs_unchanged_and_trains_as_stock_ddp(runs: Runs, sc
     metrics = [json.loads((out / "eval_results.json").read_text()) for out in (stock, sharded)]
     assert metrics[0].keys() == metrics[1].keys()
     assert METRIC[script] in metrics[0], metrics[0]
-    for key in ("eval_accuracy", "eval_exact_match", "eval_gen_len"):  # what generate()/argmax gave
+    for key in ("eval_accuracy", "eval_acc", "eval_f1", "eval_exact_match", "eval_gen_len"):  # argmax, generate()
         assert metrics[0].get(key) == metrics[1].get(key), key
 
 
@@ -291,12 +324,16 @@ def test_each_legacy_name_warned_with_its_replacement(runs: Runs, script: str) -
         ("TrainingArguments --overwrite_output_dir", "a field of the script's own arguments dataclass"),
         ("transformers.utils.send_example_telemetry", "no effect"),
         ("from_pretrained(use_auth_token=...)", "token="),
-        ("Trainer(tokenizer=...)", "processing_class="),
     ]
+    if script != "run_glue_dataset_legacy.py":
+        expected.append(("Trainer(tokenizer=...)", "processing_class="))
     if script != "run_translation_legacy.py":
         expected.append(("transformers.is_torch_tpu_available", "is_torch_xla_available()"))
     if script == "run_glue_legacy.py":  # resume_from_checkpoint=model_args.model_name_or_path (a model folder)
         expected.append(("trainer.train(resume_from_checkpoint=", "resume_from_checkpoint=None"))
+    if script == "run_glue_dataset_legacy.py":
+        expected += [(f"transformers.{name}", f"from shardcompat.transformers.glue import {name}")
+                     for name in ("GlueDataset", "GlueDataTrainingArguments", "glue_compute_metrics")]
     if script == "run_clm_datasets_legacy.py":
         expected += [
             ("datasets.load_dataset(use_auth_token=...)", "token="),

@@ -13,6 +13,8 @@ and what serves it), the table ``shardcompat run`` serves them by:
 - a removed ``datasets`` function (``from datasets import load_metric``) is imported from the
   library that took it over (``from evaluate import load as load_metric``); ``datasets.load_metric``
   read as an attribute is reported;
+- 4.x's GLUE data layer (``GlueDataset``, ``glue_processors``, ...), which Transformers dropped
+  without a successor, is imported from ``shardcompat.transformers.glue``, which keeps it;
 - any other removed name (served by shardcompat's own adapter, or refused) is reported with the
   row's replacement, and the import stays.
 
@@ -67,11 +69,15 @@ def row_for(module: str, name: str) -> Removed | None:
 
 
 def _movable(row: Removed) -> tuple[str, str] | None:
-    """(module, attribute) where the name lives today, when that is a real home (not shardcompat's adapter)."""
+    """(module, attribute) where the name lives today, when that is a real home: a library's public
+    module (``shardcompat.transformers.glue`` for 4.x's GLUE layer, which Transformers dropped
+    without a successor), not one of shardcompat's private adapters."""
     target = row.target_for(row.pattern)
-    if row.home is not Home.IMPORT or not target or target.startswith("shardcompat") or ":" not in target:
+    if row.home is not Home.IMPORT or not target or ":" not in target:
         return None
     module, attribute = target.split(":", 1)
+    if module.split(".")[0] == "shardcompat" and any(part.startswith("_") for part in module.split(".")):
+        return None
     return (module, attribute) if "." not in attribute else None  # a class's method is no import
 
 
