@@ -253,6 +253,21 @@ def test_overwrite_output_dir_moves_beside_an_imported_glue_arguments_class() ->
     assert "from shardcompat.transformers.glue import GlueDataTrainingArguments as DataTrainingArguments" in new
 
 
+def test_glue_imports_move_to_shardcompats_glue_and_gone_module_imports_are_reported() -> None:
+    code = ("from transformers import AutoTokenizer, GlueDataset\n"
+            "from transformers.data.processors.glue import MrpcProcessor as Mrpc\n"
+            "import transformers.data.processors.glue as g\n"
+            "from transformers.data.processors.squad import SquadResult\n")
+    new, result = _migrate(code)
+    assert new.splitlines()[:3] == ["from transformers import AutoTokenizer",
+                                    "from shardcompat.transformers.glue import GlueDataset",
+                                    "from shardcompat.transformers.glue import MrpcProcessor as Mrpc"]
+    assert new.splitlines()[3:] == code.splitlines()[2:]  # the module import and SQuAD stay, reported
+    found = {w.message.split(":")[0]: w.hint for w in result.warnings if w.rule == UNMIGRATED}
+    assert "shardcompat.transformers.glue" in found["import transformers.data.processors.glue"]
+    assert "transformers.data.processors.squad.SquadResult" in found
+
+
 def test_a_mapped_function_loses_the_4x_arguments_todays_does_not_take() -> None:
     """4.30's trainer_qa.py calls is_torch_tpu_available(check_device=False); today's
     is_torch_xla_available has no such parameter, and shardcompat run asks it without them too."""

@@ -31,7 +31,15 @@ from typing import Any, Union
 
 import libcst as cst
 
-from shardcompat.transformers.legacy_table import SURFACE, Home, Kind, Removed, precise_family
+from shardcompat.transformers.legacy_table import (
+    GLUE_HOMES,
+    GONE_MODULES,
+    SURFACE,
+    Home,
+    Kind,
+    Removed,
+    precise_family,
+)
 
 from ..base import Rule, dotted
 from . import RULE, UNMIGRATED
@@ -204,6 +212,13 @@ class TodaysHomes(Rule):
     def _import(self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine,
                 statement: cst.Import) -> cst.SimpleStatementLine:
         names = list(statement.names)
+        for alias in names:
+            gone = dotted(alias.name)
+            if gone in GONE_MODULES and gone != _DEEPSPEED and not self.blocked(original):
+                where = "shardcompat.transformers.glue, which keeps all of 4.x's GLUE layer" \
+                    if gone in GLUE_HOMES else "where they live today"
+                self.flag(original, UNMIGRATED, f"import {gone}: a module Transformers removed",
+                          hint=f"import the names you use from {where} (every name: docs/transformers-legacy.md)")
         if not any(dotted(a.name) == _DEEPSPEED and a.asname is None for a in names) or self.blocked(original):
             return updated
         new = [a.with_changes(name=cst.parse_expression(_TODAYS_DEEPSPEED)) if dotted(a.name) == _DEEPSPEED
