@@ -128,7 +128,12 @@ def refusal(spelling: str, r: Removed) -> Exception:
                f"({r.reason}); {what} (every name: {DOCS}).")
 
 
-def _hook(module_name: str, module: types.ModuleType, previous: Callable[[str], Any] | None) -> Callable[[str], Any]:
+def _hook(module_name: str, module: types.ModuleType, previous: Callable[[str], Any] | None,
+          served: bool) -> Callable[[str], Any]:
+    """The module's ``__getattr__`` for the names it lacks; ``served``: the module is one the release
+    no longer has, served here (there a whole-module family such as ``transformers.data.metrics.*``
+    answers any other name with its refusal; in a module the release still has, such a name is
+    just missing, as it always was)."""
     lazy = type(module) is not types.ModuleType  # 5.x's top level: the class loads its own names
 
     @functools.cache
@@ -142,7 +147,7 @@ def _hook(module_name: str, module: types.ModuleType, previous: Callable[[str], 
             except AttributeError:
                 pass
         r = None if name.startswith("__") or name in known() else row_for(module_name, name)
-        if r is None or r.home not in (Home.IMPORT, Home.NONE):
+        if r is None or r.home not in (Home.IMPORT, Home.NONE) or (r.pattern.endswith(".*") and not served):
             raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
         spelling = f"{module_name}.{name}"
         if r.served is Served.REFUSED:
@@ -168,11 +173,11 @@ class _Installed:
         self.finder: _Finder | None = None
         self.state = True
 
-    def hook(self, module_name: str, module: types.ModuleType) -> None:
+    def hook(self, module_name: str, module: types.ModuleType, served: bool = False) -> None:
         current = vars(module).get("__getattr__")
         if getattr(current, "__shardcompat_legacy__", False):
             return
-        module.__getattr__ = _hook(module_name, module, current)  # type: ignore[attr-defined,method-assign]
+        module.__getattr__ = _hook(module_name, module, current, served)  # type: ignore[attr-defined,method-assign]
         self.hooked.append((module, current if current is not None else _ABSENT))
 
     def __delattr__(self, name: str) -> None:
@@ -210,7 +215,7 @@ class _Loader(importlib.abc.Loader):
             self._inner.exec_module(module)
         else:
             module.__doc__ = f"Transformers 4.x's {self._name}, served by shardcompat (see {DOCS})."
-        self._installed.hook(self._name, module)
+        self._installed.hook(self._name, module, served=self._inner is None)
 
     def __getattr__(self, name: str) -> Any:  # get_source, is_package, ... of the real loader
         return getattr(self._inner, name)
