@@ -73,13 +73,13 @@ class DataProcessor:
     def get_example_from_tensor_dict(self, tensor_dict: dict[str, Any]) -> InputExample:
         raise NotImplementedError()
 
-    def get_train_examples(self, data_dir: str) -> list[InputExample]:
+    def get_train_examples(self, data_dir: str) -> list[Any]:
         raise NotImplementedError()
 
-    def get_dev_examples(self, data_dir: str) -> list[InputExample]:
+    def get_dev_examples(self, data_dir: str) -> list[Any]:
         raise NotImplementedError()
 
-    def get_test_examples(self, data_dir: str) -> list[InputExample]:
+    def get_test_examples(self, data_dir: str) -> list[Any]:
         raise NotImplementedError()
 
     def get_labels(self) -> list[Any]:

@@ -576,10 +576,9 @@ SERVED_NAMES += tuple(
     for n in ("TRANSFORMERS_CACHE", "PYTORCH_TRANSFORMERS_CACHE", "PYTORCH_PRETRAINED_BERT_CACHE",
               "is_keras_nlp_available", "is_tensorflow_text_available", "is_decord_available"))
 
-#: 4.30's GLUE data layer (``transformers.data``: processors, feature conversion, metrics,
-#: ``GlueDataset``), served by shardcompat's own (:mod:`shardcompat.transformers.glue`, a public
-#: module: the migration imports the names from there) at every module 4.30 had each name in
-#: (the survey of its wheel lists them).
+#: 4.30's GLUE and SQuAD data layers (``transformers.data``), which Transformers dropped without a
+#: successor: shardcompat keeps them in public modules (the migration imports the names from
+#: there), served at every module 4.30 had each name in (the survey of its wheel lists them).
 _GLUE_CORE = ("DataProcessor", "InputExample", "InputFeatures", "glue_convert_examples_to_features",
               "glue_output_modes", "glue_processors", "glue_tasks_num_labels")
 _GLUE_DATASET = ("GlueDataTrainingArguments", "GlueDataset")
@@ -595,15 +594,32 @@ GLUE_HOMES: dict[str, tuple[str, ...]] = {
     "transformers.data.datasets.glue": (*_GLUE_DATASET, "Split", "InputFeatures", "glue_convert_examples_to_features",
                                         "glue_output_modes", "glue_processors"),
 }
-_GLUE_WHY = ("Transformers has no successor, so shardcompat keeps 4.30's reading of GLUE's TSV files, its "
-             "features and scores (with scikit-learn and SciPy, as 4.x); GlueDataset caches its features as JSON "
-             "and never loads 4.x's pickled cache; load_dataset('glue', TASK) and evaluate.load('glue', TASK) are "
-             "today's way, as today's run_glue.py")
+_SQUAD_CORE = ("SquadExample", "SquadFeatures", "SquadV1Processor", "SquadV2Processor")
+SQUAD_HOMES: dict[str, tuple[str, ...]] = {
+    "transformers": _SQUAD_CORE,
+    "transformers.data": _SQUAD_CORE,
+    "transformers.data.processors": _SQUAD_CORE,
+    "transformers.data.processors.squad": (*_SQUAD_CORE, "SquadProcessor", "SquadResult", "DataProcessor"),
+    "transformers.data.metrics.squad_metrics": (
+        "normalize_answer", "get_tokens", "compute_exact", "compute_f1", "get_raw_scores", "apply_no_ans_threshold",
+        "make_eval_dict", "merge_eval", "find_best_thresh", "find_best_thresh_v2", "find_all_best_thresh",
+        "find_all_best_thresh_v2", "squad_evaluate"),
+}
+#: The public module that keeps each layer, with what it serves and why.
+KEPT: dict[str, tuple[dict[str, tuple[str, ...]], str]] = {
+    "shardcompat.transformers.glue": (GLUE_HOMES, (
+        "Transformers has no successor, so shardcompat keeps 4.30's reading of GLUE's TSV files, its features and "
+        "scores (with scikit-learn and SciPy, as 4.x); GlueDataset caches its features as JSON and never loads 4.x's "
+        "pickled cache; load_dataset('glue', TASK) and evaluate.load('glue', TASK) are today's way, as today's "
+        "run_glue.py")),
+    "shardcompat.transformers.squad": (SQUAD_HOMES, (
+        "Transformers has no successor, so shardcompat keeps 4.30's reading of SQuAD's JSON files and its official "
+        "scores; load_dataset('squad') and evaluate.load('squad') are today's way, as today's run_qa.py")),
+}
 SERVED_NAMES += tuple(
-    _served(f"{module}.{name}", f"from shardcompat.transformers.glue import {name}", _GLUE_WHY,
-            f"shardcompat.transformers.glue:{name}",
-            deprecated="<=4.30", removed="5.0")
-    for module, names in GLUE_HOMES.items() for name in names)
+    _served(f"{module}.{name}", f"from {kept} import {name}", why, f"{kept}:{name}", deprecated="<=4.30",
+            removed="5.0")
+    for kept, (homes, why) in KEPT.items() for module, names in homes.items() for name in names)
 
 #: What code of the era uses beyond the 4.30 survey: names of modules it does not read, and names
 #: gone before 4.30, found by ``python -m shardcompat.transformers.legacy_usage`` over the example
@@ -628,10 +644,17 @@ EXAMPLES: tuple[Removed, ...] = (
     _refused("transformers.file_utils.cached_path", "transformers.utils.cached_file(path_or_repo_id, filename) "
              "or huggingface_hub.hf_hub_download", "it fetched a URL or hub file into the cache; 4.22 removed it",
              removed="4.22"),
+    *(_refused(f"transformers.{m}squad_convert_examples_to_features", "the example's own preprocessing (run_qa.py's "
+               "prepare_train_features, with a fast tokenizer's offsets)", "5.0 removed it and shardcompat does not "
+               "serve it yet: its spans are built from 4.x's slow-tokenizer encode_plus", removed="5.0")
+      for m in ("", "data.", "data.processors.", "data.processors.squad.")),
+    _refused("transformers.data.metrics.squad_metrics.compute_predictions_*", "the example's own post-processing "
+             "(utils_qa.py's postprocess_qa_predictions)", "5.0 removed it and shardcompat does not serve it yet",
+             removed="5.0"),
     _refused("transformers.data.metrics.*", "the evaluate library's metrics (squad, glue), or the example's own "
-             "post-processing (utils_qa.py)", "the SQuAD and GLUE metric helpers left with 5.0", removed="5.0"),
+             "post-processing (utils_qa.py)", "the XNLI metric and the SQuAD helpers left with 5.0", removed="5.0"),
     _refused("transformers.data.processors.*", "the datasets library (load_dataset) and the example's own "
-             "preprocessing", "the GLUE, SQuAD and XNLI processors left with 5.0", removed="5.0"),
+             "preprocessing", "the XNLI processor and the SQuAD helpers left with 5.0", removed="5.0"),
     _refused("transformers.data.datasets.*", "the datasets library (load_dataset) and the tokenizer, as today's "
              "example scripts read their data", "the text, SQuAD and GLUE datasets of transformers.data left with 5.0",
              removed="5.0"),
@@ -927,18 +950,18 @@ COVERAGE: dict[str, Any] = {
         "Seq2SeqTrainer": (20, 9, 11, 0),
         "Trainer": (20, 9, 11, 0),
         "TrainingArguments": (63, 61, 2, 0),
-        "transformers": (1336, 105, 1231, 0),
-        "transformers.data": (20, 9, 11, 0),
+        "transformers": (1336, 109, 1227, 0),
+        "transformers.data": (20, 13, 7, 0),
         "transformers.data.data_collator": (6, 3, 3, 0),
         "transformers.data.datasets": (9, 2, 7, 0),
         "transformers.data.datasets.glue": (10, 7, 3, 0),
         "transformers.data.datasets.language_modeling": (9, 0, 9, 0),
         "transformers.data.datasets.squad": (13, 0, 13, 0),
         "transformers.data.metrics": (8, 4, 4, 0),
-        "transformers.data.metrics.squad_metrics": (19, 0, 19, 0),
-        "transformers.data.processors": (16, 7, 9, 0),
+        "transformers.data.metrics.squad_metrics": (19, 13, 6, 0),
+        "transformers.data.processors": (16, 11, 5, 0),
         "transformers.data.processors.glue": (23, 18, 5, 0),
-        "transformers.data.processors.squad": (19, 0, 19, 0),
+        "transformers.data.processors.squad": (19, 7, 12, 0),
         "transformers.data.processors.utils": (8, 3, 5, 0),
         "transformers.data.processors.xnli": (8, 0, 8, 0),
         "transformers.deepspeed": (15, 15, 0, 0),

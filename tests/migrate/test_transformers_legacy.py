@@ -253,19 +253,21 @@ def test_overwrite_output_dir_moves_beside_an_imported_glue_arguments_class() ->
     assert "from shardcompat.transformers.glue import GlueDataTrainingArguments as DataTrainingArguments" in new
 
 
-def test_glue_imports_move_to_shardcompats_glue_and_gone_module_imports_are_reported() -> None:
+def test_glue_and_squad_imports_move_to_shardcompats_and_the_rest_is_reported() -> None:
     code = ("from transformers import AutoTokenizer, GlueDataset\n"
             "from transformers.data.processors.glue import MrpcProcessor as Mrpc\n"
-            "import transformers.data.processors.glue as g\n"
-            "from transformers.data.processors.squad import SquadResult\n")
+            "import transformers.data.processors.squad as s\n"
+            "from transformers.data.processors.squad import SquadResult, squad_convert_examples_to_features\n")
     new, result = _migrate(code)
-    assert new.splitlines()[:3] == ["from transformers import AutoTokenizer",
-                                    "from shardcompat.transformers.glue import GlueDataset",
-                                    "from shardcompat.transformers.glue import MrpcProcessor as Mrpc"]
-    assert new.splitlines()[3:] == code.splitlines()[2:]  # the module import and SQuAD stay, reported
+    assert new.splitlines() == ["from transformers import AutoTokenizer",
+                                "from shardcompat.transformers.glue import GlueDataset",
+                                "from shardcompat.transformers.glue import MrpcProcessor as Mrpc",
+                                "import transformers.data.processors.squad as s",  # reported, left
+                                "from transformers.data.processors.squad import squad_convert_examples_to_features",
+                                "from shardcompat.transformers.squad import SquadResult"]
     found = {w.message.split(":")[0]: w.hint for w in result.warnings if w.rule == UNMIGRATED}
-    assert "shardcompat.transformers.glue" in found["import transformers.data.processors.glue"]
-    assert "transformers.data.processors.squad.SquadResult" in found
+    assert "shardcompat.transformers.squad" in found["import transformers.data.processors.squad"]
+    assert "prepare_train_features" in found["transformers.data.processors.squad.squad_convert_examples_to_features"]
 
 
 def test_a_mapped_function_loses_the_4x_arguments_todays_does_not_take() -> None:

@@ -64,8 +64,8 @@ def test_a_module_the_release_still_has_keeps_its_own_missing_names() -> None:
         squad = importlib.import_module("transformers.data.processors.squad")
         served = getattr(squad, "__file__", None) is None
         if served:
-            with pytest.raises(ImportError, match=r"SquadResult is Transformers 4\.x API"):
-                squad.SquadResult  # noqa: B018
+            with pytest.raises(ImportError, match=r"squad_convert_examples_to_features is Transformers 4\.x API"):
+                squad.squad_convert_examples_to_features  # noqa: B018
         else:
-            assert squad.SquadResult.__module__ == "transformers.data.processors.squad"
+            assert squad.squad_convert_examples_to_features.__module__ == "transformers.data.processors.squad"
             assert not hasattr(squad, "never_a_name")

@@ -13,8 +13,9 @@ and what serves it), the table ``shardcompat run`` serves them by:
 - a removed ``datasets`` function (``from datasets import load_metric``) is imported from the
   library that took it over (``from evaluate import load as load_metric``); ``datasets.load_metric``
   read as an attribute is reported;
-- 4.x's GLUE data layer (``GlueDataset``, ``glue_processors``, ...), which Transformers dropped
-  without a successor, is imported from ``shardcompat.transformers.glue``, which keeps it;
+- 4.x's GLUE and SQuAD data layers (``GlueDataset``, ``glue_processors``, ``SquadV2Processor``,
+  ``squad_evaluate``, ...), which Transformers dropped without a successor, are imported from
+  ``shardcompat.transformers.glue`` and ``.squad``, which keep them;
 - any other removed name (served by shardcompat's own adapter, or refused) is reported with the
   row's replacement, and the import stays.
 
@@ -32,8 +33,8 @@ from typing import Any, Union
 import libcst as cst
 
 from shardcompat.transformers.legacy_table import (
-    GLUE_HOMES,
     GONE_MODULES,
+    KEPT,
     SURFACE,
     Home,
     Kind,
@@ -215,8 +216,8 @@ class TodaysHomes(Rule):
         for alias in names:
             gone = dotted(alias.name)
             if gone in GONE_MODULES and gone != _DEEPSPEED and not self.blocked(original):
-                where = "shardcompat.transformers.glue, which keeps all of 4.x's GLUE layer" \
-                    if gone in GLUE_HOMES else "where they live today"
+                kept = [module for module, (homes, _) in KEPT.items() if gone in homes]
+                where = f"{' or '.join(kept)}, which shardcompat keeps" if kept else "where they live today"
                 self.flag(original, UNMIGRATED, f"import {gone}: a module Transformers removed",
                           hint=f"import the names you use from {where} (every name: docs/transformers-legacy.md)")
         if not any(dotted(a.name) == _DEEPSPEED and a.asname is None for a in names) or self.blocked(original):
