@@ -270,7 +270,7 @@ def test_every_4x_home_of_a_glue_name_serves_ours_and_the_rest_is_refused_by_nam
             where = importlib.import_module(module)
             for name in names:
                 assert getattr(where, name) is getattr(glue, name), f"{module}.{name}"
-        xnli = importlib.import_module("transformers.data.processors.xnli")
-        with pytest.raises(LegacyNameRefused, match=r"xnli\.XnliProcessor .*use the datasets library"):
-            xnli.XnliProcessor  # noqa: B018
+        utils = importlib.import_module("transformers.data.processors.utils")
+        with pytest.raises(LegacyNameRefused, match=r"SingleSentenceClassificationProcessor .*use the datasets library"):
+            utils.SingleSentenceClassificationProcessor  # noqa: B018
     assert "transformers.data.processors" not in __import__("sys").modules  # taken away again

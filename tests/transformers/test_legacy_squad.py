@@ -140,7 +140,7 @@ def test_every_4x_home_of_a_squad_name_serves_ours_and_what_is_not_served_is_ref
         for module, names in SQUAD_HOMES.items():
             where = importlib.import_module(module)
             for name in names:
-                assert getattr(where, name) is getattr(squad, name, None) or name == "DataProcessor", f"{module}.{name}"
+                assert getattr(where, name) is getattr(squad, name), f"{module}.{name}"
         metrics = importlib.import_module("transformers.data.metrics.squad_metrics")
         with pytest.raises(LegacyNameRefused, match=r"compute_predictions_logits .*does not serve it yet"):
             metrics.compute_predictions_logits  # noqa: B018
