@@ -6,6 +6,7 @@ from Transformers); :mod:`._legacy_imports` puts them at their 4.x homes under `
 
 from __future__ import annotations
 
+import collections.abc
 import contextlib
 import importlib.util
 import os
@@ -261,3 +262,40 @@ class AutoModelWithLMHead:
                 config or pretrained_model_name_or_path, return_unused_kwargs=True, **hub, **kwargs)
         return cls.model_class(config).from_pretrained(pretrained_model_name_or_path, *model_args, config=config,
                                                        **hub, **kwargs)
+
+
+class _LmHeadMapping(collections.abc.Mapping):  # type: ignore[type-arg]
+    """4.30's ``MODEL_WITH_LM_HEAD_MAPPING``: config class -> the class ``AutoModelWithLMHead`` chose,
+    for the model types whose class the installed release still has; classes load when asked for."""
+
+    def __init__(self) -> None:
+        from .legacy_table import LM_HEAD_MODELS
+
+        transformers = load()
+        auto = importlib.import_module("transformers.models.auto.modeling_auto")
+        today = {c for names in (auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+                                 auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES) for c in names.values()}
+        self._types = {t: c for t, c in LM_HEAD_MODELS.items() if c in today and t in transformers.CONFIG_MAPPING}
+
+    def _config(self, model_type: str) -> Any:
+        return load().CONFIG_MAPPING[model_type]
+
+    def __getitem__(self, config_class: Any) -> Any:
+        for model_type, name in self._types.items():
+            if self._config(model_type) is config_class:
+                return getattr(load(), name)
+        raise KeyError(config_class)
+
+    def __iter__(self) -> Iterator[Any]:
+        return (self._config(t) for t in self._types)
+
+    def __len__(self) -> int:
+        return len(self._types)
+
+
+def __getattr__(name: str) -> Any:
+    """``MODEL_WITH_LM_HEAD_MAPPING``, built on first use (it reads the installed auto mappings)."""
+    if name != "MODEL_WITH_LM_HEAD_MAPPING":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    mapping = globals()[name] = _LmHeadMapping()
+    return mapping

@@ -24,14 +24,14 @@ from __future__ import annotations
 import csv
 import dataclasses
 import enum
-import hashlib
 import json
 import os
-import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
 import torch.utils.data
+
+from . import _json_cache
 
 __all__ = ["ColaProcessor", "DataProcessor", "GlueDataTrainingArguments", "GlueDataset", "InputExample",
            "InputFeatures", "MnliMismatchedProcessor", "MnliProcessor", "MrpcProcessor", "OutputMode",
@@ -386,15 +386,20 @@ class GlueDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
         cache = os.path.join(cache_dir if cache_dir is not None else args.data_dir, name + ".shardcompat.json")
         data_file = os.path.join(args.data_dir, self.processor.FILES[list(Split).index(mode)]) \
             if isinstance(self.processor, _GlueProcessor) else None
-        key = _cache_key(tokenizer, args, mode, limit_length, labels, data_file)
-        features = None if args.overwrite_cache else _read_cache(cache, key)
+        key = _json_cache.key(tokenizer, data_file, max_seq_length=args.max_seq_length, task=args.task_name,
+                              split=mode.value, limit=limit_length, labels=labels)
+        rows = None if args.overwrite_cache else _json_cache.read(cache, key)
+        try:
+            features = None if rows is None else [InputFeatures(**row) for row in rows]
+        except TypeError:
+            features = None  # rows of another shape: build them again
         if features is None:
             examples = reader(args.data_dir)
             if limit_length is not None:
                 examples = examples[:limit_length]
             features = glue_convert_examples_to_features(examples, tokenizer, max_length=args.max_seq_length,
                                                          label_list=labels, output_mode=self.output_mode)
-            _write_cache(cache, key, features)
+            _json_cache.write(cache, key, [dataclasses.asdict(f) for f in features])
         self.features: list[InputFeatures] = features
 
     def __len__(self) -> int:
@@ -405,44 +410,3 @@ class GlueDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
 
     def get_labels(self) -> list[Any]:
         return self.label_list
-
-
-def _cache_key(tokenizer: Any, args: Any, mode: Split, limit: int | None, labels: list[Any],
-               data_file: str | None) -> dict[str, Any]:
-    """What the cached features depend on: a cache built for anything else is not used."""
-    vocab = json.dumps(sorted(tokenizer.get_vocab().items()), ensure_ascii=False)
-    try:
-        stat = os.stat(data_file) if data_file else None
-    except OSError:
-        stat = None
-    return {"tokenizer": type(tokenizer).__name__, "name": str(getattr(tokenizer, "name_or_path", "")),
-            "vocab": hashlib.sha256(vocab.encode()).hexdigest(), "max_seq_length": args.max_seq_length,
-            "task": args.task_name, "split": mode.value, "limit": limit, "labels": labels,
-            "data": None if stat is None else [stat.st_size, stat.st_mtime_ns]}
-
-
-def _read_cache(path: str, key: dict[str, Any]) -> list[InputFeatures] | None:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-        if data.get("key") != key:
-            return None
-        return [InputFeatures(**row) for row in data["features"]]
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
-        return None  # missing, torn or foreign: build the features again
-
-
-def _write_cache(path: str, key: dict[str, Any], features: Iterable[InputFeatures]) -> None:
-    """Atomically (each rank may write it; the last complete one stays); a read-only data folder
-    just goes without a cache."""
-    folder = os.path.dirname(path) or "."
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".cached-", dir=folder)
-    except OSError:
-        return
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump({"key": key, "features": [dataclasses.asdict(x) for x in features]}, f)
-        os.replace(tmp, path)
-    except OSError:
-        os.unlink(tmp)

@@ -476,6 +476,10 @@ SERVED_NAMES: tuple[Removed, ...] = (
             "the class 4.30 chose for the config's model type (LM_HEAD_MODELS, read from 4.30.2), loaded by "
             "today's from_pretrained / from_config; a type whose class 5.x removed is refused naming it",
             f"{_LF}:AutoModelWithLMHead", deprecated="<=4.30"),
+    _served("transformers.MODEL_WITH_LM_HEAD_MAPPING", "MODEL_FOR_CAUSAL_LM_MAPPING, MODEL_FOR_MASKED_LM_MAPPING or "
+            "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING", "the mapping of the deprecated AutoModelWithLMHead: each config "
+            "class to the class 4.30 chose (LM_HEAD_MODELS), for the types the installed release still has",
+            f"{_LF}:MODEL_WITH_LM_HEAD_MAPPING", deprecated="<=4.30"),
     _served("transformers.DataCollatorForWholeWordMask", _WWM, _WWM_WHY, _WWM_AT),
     _served("transformers.data.data_collator.DataCollatorForWholeWordMask", _WWM, _WWM_WHY, _WWM_AT),
     _served("transformers.data.DataCollatorForWholeWordMask", _WWM, _WWM_WHY, _WWM_AT),
@@ -613,6 +617,9 @@ XNLI_HOMES: dict[str, tuple[str, ...]] = {
     "transformers.data.processors.xnli": (*_XNLI_CORE, "XnliProcessor", "DataProcessor", "InputExample"),
     "transformers.data.metrics": ("xnli_compute_metrics",),
 }
+_TEXT = ("TextDataset", "LineByLineTextDataset", "LineByLineWithRefDataset")
+TEXT_HOMES: dict[str, tuple[str, ...]] = {
+    "transformers": _TEXT, "transformers.data.datasets": _TEXT, "transformers.data.datasets.language_modeling": _TEXT}
 #: The public module that keeps each layer, with what it serves and why.
 KEPT: dict[str, tuple[dict[str, tuple[str, ...]], str]] = {
     "shardcompat.transformers.glue": (GLUE_HOMES, (
@@ -620,6 +627,10 @@ KEPT: dict[str, tuple[dict[str, tuple[str, ...]], str]] = {
         "scores (with scikit-learn and SciPy, as 4.x); GlueDataset caches its features as JSON and never loads 4.x's "
         "pickled cache; load_dataset('glue', TASK) and evaluate.load('glue', TASK) are today's way, as today's "
         "run_glue.py")),
+    "shardcompat.transformers.text_datasets": (TEXT_HOMES, (
+        "Transformers has no successor, so shardcompat keeps 4.30's blocks and lines of a text file, with the model's "
+        "special tokens; TextDataset caches its blocks as JSON and never loads 4.x's pickled cache; "
+        "load_dataset('text', ...) grouped as today's run_clm.py is today's way")),
     "shardcompat.transformers.xnli": (XNLI_HOMES, (
         "Transformers has no successor, so shardcompat keeps 4.30's reading of XNLI's TSV files and its accuracy; "
         "load_dataset('xnli', LANGUAGE) is today's way")),
@@ -668,8 +679,8 @@ EXAMPLES: tuple[Removed, ...] = (
              "preprocessing", "SQuAD's feature helpers and SingleSentenceClassificationProcessor left with 5.0",
              removed="5.0"),
     _refused("transformers.data.datasets.*", "the datasets library (load_dataset) and the tokenizer, as today's "
-             "example scripts read their data", "the text and SQuAD datasets of transformers.data left with 5.0",
-             removed="5.0"),
+             "example scripts read their data", "the SQuAD, sentence-order and next-sentence datasets of "
+             "transformers.data left with 5.0", removed="5.0"),
     _refused("transformers.modeling_flax_utils.*", "the PyTorch classes", _NO_TF, removed="5.0"),
     _refused("transformers.models.*.modeling_flax_*.*", "the PyTorch classes", _NO_TF, removed="5.0"),
     _refused("transformers.models.*.modeling_*.load_tf_weights_in_*", "convert the TensorFlow checkpoint with "
@@ -801,8 +812,6 @@ REFUSED_NAMES: tuple[Removed, ...] = (
     _refused("transformers.ModelCard", "huggingface_hub.ModelCard", "5.x writes model cards with the hub's class"),
     _refused("transformers.SpecialTokensMixin", "PreTrainedTokenizerBase",
              "5.x folds the special-tokens API into the tokenizer base class"),
-    _refused("transformers.MODEL_WITH_LM_HEAD_MAPPING", "MODEL_FOR_CAUSAL_LM_MAPPING (or _MASKED_LM_, _SEQ_2_SEQ_LM_)",
-             "the mapping of the removed AutoModelWithLMHead"),
     _refused("transformers.MODEL_NAMES_MAPPING", "transformers.models.auto.configuration_auto.CONFIG_MAPPING_NAMES",
              "5.x keeps only the config mapping"),
     _refused("transformers.LEDForSequenceClassification", "BartForSequenceClassification or LEDModel with a head",
@@ -962,12 +971,12 @@ COVERAGE: dict[str, Any] = {
         "Seq2SeqTrainer": (20, 9, 11, 0),
         "Trainer": (20, 9, 11, 0),
         "TrainingArguments": (63, 61, 2, 0),
-        "transformers": (1336, 113, 1223, 0),
+        "transformers": (1336, 117, 1219, 0),
         "transformers.data": (20, 17, 3, 0),
         "transformers.data.data_collator": (6, 3, 3, 0),
-        "transformers.data.datasets": (9, 2, 7, 0),
+        "transformers.data.datasets": (9, 5, 4, 0),
         "transformers.data.datasets.glue": (10, 7, 3, 0),
-        "transformers.data.datasets.language_modeling": (9, 0, 9, 0),
+        "transformers.data.datasets.language_modeling": (9, 3, 6, 0),
         "transformers.data.datasets.squad": (13, 0, 13, 0),
         "transformers.data.metrics": (8, 5, 3, 0),
         "transformers.data.metrics.squad_metrics": (19, 13, 6, 0),

@@ -1,5 +1,5 @@
 """The removed 4.x classes the layer serves with behaviour of their own: ``AutoModelWithLMHead``
-chooses the class 4.30 chose for the model type; ``BloomTokenizerFast`` is what 5.x's
+chooses the class 4.30 chose for the model type, and ``MODEL_WITH_LM_HEAD_MAPPING`` maps to it; ``BloomTokenizerFast`` is what 5.x's
 AutoTokenizer loads for a checkpoint that names it."""
 
 from __future__ import annotations
@@ -50,6 +50,21 @@ def test_auto_model_with_lm_head_loads_the_class_4_30_chose(kind: str, tmp_path:
     assert all(torch.equal(reference[k], v) for k, v in model.state_dict().items())
     assert any("AutoModelWithLMHead" in str(w.message) and "AutoModelForCausalLM" in str(w.message)
                for w in caught if issubclass(w.category, FutureWarning))
+
+
+def test_model_with_lm_head_mapping_maps_each_config_to_the_class_4_30_chose() -> None:
+    """run_language_modeling.py listed its model types from this mapping's keys."""
+    with sct.dropins():
+        from transformers import MODEL_WITH_LM_HEAD_MAPPING  # type: ignore[attr-defined]
+    configs = list(MODEL_WITH_LM_HEAD_MAPPING.keys())
+    types_ = [c.model_type for c in configs]
+    assert {"bert", "gpt2", "t5", "bart", "roberta"} <= set(types_) and len(configs) == len(MODEL_WITH_LM_HEAD_MAPPING)
+    assert set(types_) <= set(LM_HEAD_MODELS) and "transfo-xl" not in types_  # a model 5.x removed is left out
+    for kind in ("gpt2", "bert", "t5"):
+        config = _tiny(kind)
+        assert MODEL_WITH_LM_HEAD_MAPPING[type(config)] is getattr(transformers, LM_HEAD_MODELS[kind])
+    with pytest.raises(KeyError):
+        MODEL_WITH_LM_HEAD_MAPPING[transformers.LlamaConfig]  # no LM class in 4.30's table
 
 
 def test_auto_model_with_lm_head_names_what_it_cannot_load() -> None:
