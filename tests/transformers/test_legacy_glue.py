@@ -10,20 +10,18 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import pickle
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ._untrusted import plant
+
 transformers = pytest.importorskip("transformers", reason="needs transformers (pip install 'shardcompat[transformers]')")
 np = pytest.importorskip("numpy")
 pytest.importorskip("sklearn", reason="the GLUE metrics score with scikit-learn, as in 4.x (the test extra has it)")
 
-import shardcompat.transformers as sct  # noqa: E402
 from shardcompat.transformers import glue  # noqa: E402
-from shardcompat.transformers._legacy_imports import LegacyNameRefused  # noqa: E402
-from shardcompat.transformers.legacy_table import GLUE_HOMES  # noqa: E402
 
 STOCK = vars(transformers).get("glue_processors") or (
     importlib.import_module("transformers.data.processors.glue").glue_processors
@@ -196,16 +194,6 @@ def test_the_scores_are_4xs(tmp_path: Path) -> None:
         assert glue.glue_compute_metrics("sts-b", x, y) == stock("sts-b", x, y)
 
 
-class _Detonator:
-    """A 4.x cache from elsewhere: unpickling it runs code (here: writes a file)."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self) -> Any:
-        return (Path.write_text, (self.marker, "unpickled"))
-
-
 def test_glue_dataset_builds_caches_as_json_and_never_unpickles_a_4x_cache(tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     _write(tmp_path, "mrpc")
@@ -213,12 +201,12 @@ def test_glue_dataset_builds_caches_as_json_and_never_unpickles_a_4x_cache(tmp_p
     args = glue.GlueDataTrainingArguments(task_name="MRPC", data_dir=str(tmp_path), max_seq_length=12)
     marker = tmp_path / "marker"
     stale = tmp_path / f"cached_dev_{type(tokenizer).__name__}_12_mrpc"  # 4.x's name for this very cache
-    stale.write_bytes(pickle.dumps(_Detonator(marker)))
+    planted = plant(stale, marker)
     dataset = glue.GlueDataset(args, tokenizer, mode="dev")
     examples = glue.MrpcProcessor().get_dev_examples(str(tmp_path))
     assert dataset.features == glue.glue_convert_examples_to_features(examples, tokenizer, 12, task="mrpc")
     assert len(dataset) == 5 and dataset[0] == dataset.features[0] and dataset.get_labels() == ["0", "1"]
-    assert not marker.exists() and stale.read_bytes() == pickle.dumps(_Detonator(marker))  # left as it was
+    assert not marker.exists() and stale.read_bytes() == planted  # left as it was
     assert (tmp_path / (stale.name + ".shardcompat.json")).is_file()
 
     def built(*a: Any, **k: Any) -> Any:
@@ -261,16 +249,3 @@ def test_roberta_and_bart_tokenizers_get_mnli_labels_in_their_heads_order(tmp_pa
 def _vocab(tmp_path: Path) -> Path:
     _tokenizer(tmp_path)
     return tmp_path / "vocab.txt"
-
-
-@pytest.mark.skipif(STOCK is not None, reason="this Transformers ships the GLUE layer itself: nothing is served")
-def test_every_4x_home_of_a_glue_name_serves_ours_and_the_rest_is_refused_by_name() -> None:
-    with sct.dropins():
-        for module, names in GLUE_HOMES.items():
-            where = importlib.import_module(module)
-            for name in names:
-                assert getattr(where, name) is getattr(glue, name), f"{module}.{name}"
-        utils = importlib.import_module("transformers.data.processors.utils")
-        with pytest.raises(LegacyNameRefused, match=r"SingleSentenceClassificationProcessor .*use the datasets library"):
-            utils.SingleSentenceClassificationProcessor  # noqa: B018
-    assert "transformers.data.processors" not in __import__("sys").modules  # taken away again

@@ -17,10 +17,7 @@ import pytest
 
 transformers = pytest.importorskip("transformers", reason="needs transformers (pip install 'shardcompat[transformers]')")
 
-import shardcompat.transformers as sct  # noqa: E402
 from shardcompat.transformers import squad  # noqa: E402
-from shardcompat.transformers._legacy_imports import LegacyNameRefused  # noqa: E402
-from shardcompat.transformers.legacy_table import SQUAD_HOMES  # noqa: E402
 
 HAS_STOCK = importlib.util.find_spec("transformers.data.processors") is not None
 STOCK: Any = importlib.import_module("transformers.data.processors.squad") if HAS_STOCK else None
@@ -132,19 +129,3 @@ def test_the_scores_equal_4xs_over_random_predictions() -> None:
     squad.find_all_best_thresh_v2(ours, preds, exact, f1, probs, has)
     STOCK_METRICS.find_all_best_thresh_v2(theirs, preds, exact, f1, probs, has)
     assert ours == theirs and set(ours) >= {"has_ans_exact", "has_ans_f1"}
-
-
-@pytest.mark.skipif(HAS_STOCK, reason="this Transformers ships the SQuAD layer itself: nothing is served")
-def test_every_4x_home_of_a_squad_name_serves_ours_and_what_is_not_served_is_refused_by_name() -> None:
-    with sct.dropins():
-        for module, names in SQUAD_HOMES.items():
-            where = importlib.import_module(module)
-            for name in names:
-                assert getattr(where, name) is getattr(squad, name), f"{module}.{name}"
-        metrics = importlib.import_module("transformers.data.metrics.squad_metrics")
-        with pytest.raises(LegacyNameRefused, match=r"compute_predictions_logits .*does not serve it yet"):
-            metrics.compute_predictions_logits  # noqa: B018
-        from transformers.data.processors import squad as module  # type: ignore[import-not-found]
-
-        with pytest.raises(LegacyNameRefused, match=r"squad_convert_examples_to_features .*prepare_train_features"):
-            module.squad_convert_examples_to_features  # noqa: B018

@@ -9,20 +9,19 @@ from __future__ import annotations
 
 import importlib
 import json
-import pickle
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from ._untrusted import plant
 
 transformers = pytest.importorskip("transformers", reason="needs transformers (pip install 'shardcompat[transformers]')")
 tokenizers = pytest.importorskip("tokenizers")
 
 import torch  # noqa: E402
 
-import shardcompat.transformers as sct  # noqa: E402
 from shardcompat.transformers import text_datasets as td  # noqa: E402
-from shardcompat.transformers.legacy_table import TEXT_HOMES  # noqa: E402
 
 HAS_STOCK = importlib.util.find_spec("transformers.data.datasets") is not None
 WORDS = ["the", "cat", "sat", "on", "a", "mat", "dog", "ran", "far", "away", "我", "喜", "欢"]
@@ -79,12 +78,12 @@ def test_text_dataset_blocks_cache_as_json_and_never_unpickle_a_4x_cache(tmp_pat
     path.write_text(TEXT, encoding="utf-8")
     marker = tmp_path / "marker"
     stale = tmp_path / f"cached_lm_{type(tokenizer).__name__}_4_train.txt"  # 4.x's name for this very cache
-    stale.write_bytes(pickle.dumps(_Detonator(marker)))
+    planted = plant(stale, marker)
     dataset = td.TextDataset(tokenizer, str(path), block_size=6)
     ids = tokenizer.convert_tokens_to_ids(tokenizer.tokenize(TEXT))
     assert len(ids) in (18, 19) and len(dataset) == 4  # blocks of 4 words, the short last one dropped
     assert [dataset[i].tolist() for i in range(4)] == [[2, *ids[i:i + 4], 3] for i in range(0, 16, 4)]
-    assert dataset[0].dtype == torch.long and not marker.exists()
+    assert dataset[0].dtype == torch.long and not marker.exists() and stale.read_bytes() == planted
     cache = tmp_path / (stale.name + ".shardcompat.json")
     assert json.loads(cache.read_text())["value"] == dataset.examples
     cache.write_text(cache.read_text().replace("[2, ", "[2, 0, ", 1))  # a cache built for these inputs is used
@@ -98,16 +97,6 @@ def test_text_dataset_blocks_cache_as_json_and_never_unpickle_a_4x_cache(tmp_pat
         stock = importlib.import_module("transformers.data.datasets.language_modeling")
         theirs = stock.TextDataset(tokenizer, str(path), block_size=6, overwrite_cache=True)
         assert theirs.examples == td.TextDataset(tokenizer, str(path), block_size=6).examples
-
-
-class _Detonator:
-    """A 4.x cache from elsewhere: unpickling it runs code (here: writes a file)."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self) -> Any:
-        return (Path.write_text, (self.marker, "unpickled"))
 
 
 def test_line_by_line_datasets_encode_each_line_and_its_references(tmp_path: Path) -> None:
@@ -129,12 +118,3 @@ def test_line_by_line_datasets_encode_each_line_and_its_references(tmp_path: Pat
         stock = importlib.import_module("transformers.data.datasets.language_modeling")
         theirs = stock.LineByLineTextDataset(tokenizer, str(path), block_size=5)
         assert [e["input_ids"].tolist() for e in theirs.examples] == [e["input_ids"].tolist() for e in dataset]
-
-
-@pytest.mark.skipif(HAS_STOCK, reason="this Transformers ships the datasets itself: nothing is served")
-def test_every_4x_home_of_a_text_dataset_serves_ours() -> None:
-    with sct.dropins():
-        for module, names in TEXT_HOMES.items():
-            where = importlib.import_module(module)
-            for name in names:
-                assert getattr(where, name) is getattr(td, name), f"{module}.{name}"

@@ -15,9 +15,7 @@ transformers = pytest.importorskip("transformers", reason="needs transformers (p
 np = pytest.importorskip("numpy")
 pytest.importorskip("sklearn", reason="the 4.x metrics score with scikit-learn, as in 4.x (the test extra has it)")
 
-import shardcompat.transformers as sct  # noqa: E402
 from shardcompat.transformers import xnli  # noqa: E402
-from shardcompat.transformers.legacy_table import XNLI_HOMES  # noqa: E402
 
 HAS_STOCK = importlib.util.find_spec("transformers.data.processors") is not None
 TEST_HEADER = ["language", "gold_label", "sentence1_binary_parse", "sentence2_binary_parse", "sentence1_parse",
@@ -55,12 +53,3 @@ def test_xnli_files_read_as_4x_read_them(tmp_path: Path) -> None:
     if HAS_STOCK:
         stock = importlib.import_module("transformers.data.processors.xnli")
         assert ours == _read(stock.XnliProcessor("de", train_language="en"), tmp_path)
-
-
-@pytest.mark.skipif(HAS_STOCK, reason="this Transformers ships the XNLI reader itself: nothing is served")
-def test_every_4x_home_of_an_xnli_name_serves_ours() -> None:
-    with sct.dropins():
-        for module, names in XNLI_HOMES.items():
-            where = importlib.import_module(module)
-            for name in names:
-                assert getattr(where, name) is getattr(xnli, name), f"{module}.{name}"
