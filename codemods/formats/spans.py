@@ -77,13 +77,18 @@ class Rewrite:
 
 
 def apply_spans(text: str, edits: Iterable[SpanEdit]) -> str:
-    """Apply non-overlapping edits (overlapping later ones are dropped, never merged)."""
+    """Apply non-overlapping edits (overlapping later ones are dropped, never merged).  A deletion
+    that overlaps the previous edit only in the blank joining them (two dropped flags in a row,
+    each taking that blank) keeps the rest of its span."""
     out: list[str] = []
     pos = 0
     for edit in sorted(edits, key=lambda e: (e.start, e.end)):
-        if edit.start < pos:
+        start = edit.start
+        if start < pos and not edit.new and edit.end > pos and not text[start:pos].strip():
+            start = pos
+        if start < pos:
             continue
-        out.append(text[pos:edit.start])
+        out.append(text[pos:start])
         out.append(edit.new)
         pos = edit.end
     out.append(text[pos:])

@@ -162,3 +162,14 @@ def test_idempotent_on_random_command_lines(words: list[str], target: tuple[str,
 
 
 _AFTER_FLAG = re.compile(r"--sharded_ddp(?:=|[ \t]+(?:\\\n[ \t]*)*)(\S+)")
+
+
+@pytest.mark.parametrize(("line", "expected"), [
+    ("--sharded_ddp false --sharded_ddp false", ""),
+    ("python run.py --sharded_ddp false --sharded_ddp false --fp16", "python run.py --fp16"),
+    ("python run.py --sharded_ddp false  --sharded_ddp=false", "python run.py"),
+])
+def test_repeated_false_flags_all_go_in_one_run(line: str, expected: str) -> None:
+    """Each dropped flag takes the blank beside it; two in a row overlapped on that blank and the
+    second stayed until a second run (found by the idempotence property)."""
+    assert migrate(line) == expected
