@@ -598,16 +598,20 @@ GLUE_HOMES: dict[str, tuple[str, ...]] = {
     "transformers.data.datasets.glue": (*_GLUE_DATASET, "Split", "InputFeatures", "glue_convert_examples_to_features",
                                         "glue_output_modes", "glue_processors"),
 }
-_SQUAD_CORE = ("SquadExample", "SquadFeatures", "SquadV1Processor", "SquadV2Processor")
+_SQUAD_CORE = ("SquadExample", "SquadFeatures", "SquadV1Processor", "SquadV2Processor",
+               "squad_convert_examples_to_features")
 SQUAD_HOMES: dict[str, tuple[str, ...]] = {
     "transformers": _SQUAD_CORE,
     "transformers.data": _SQUAD_CORE,
     "transformers.data.processors": _SQUAD_CORE,
-    "transformers.data.processors.squad": (*_SQUAD_CORE, "SquadProcessor", "SquadResult", "DataProcessor"),
+    "transformers.data.processors.squad": (
+        *_SQUAD_CORE, "SquadProcessor", "SquadResult", "DataProcessor", "MULTI_SEP_TOKENS_TOKENIZERS_SET",
+        "squad_convert_example_to_features", "squad_convert_example_to_features_init"),
     "transformers.data.metrics.squad_metrics": (
         "normalize_answer", "get_tokens", "compute_exact", "compute_f1", "get_raw_scores", "apply_no_ans_threshold",
         "make_eval_dict", "merge_eval", "find_best_thresh", "find_best_thresh_v2", "find_all_best_thresh",
-        "find_all_best_thresh_v2", "squad_evaluate"),
+        "find_all_best_thresh_v2", "squad_evaluate", "get_final_text", "compute_predictions_logits",
+        "compute_predictions_log_probs"),
 }
 _XNLI_CORE = ("xnli_output_modes", "xnli_processors", "xnli_tasks_num_labels")
 XNLI_HOMES: dict[str, tuple[str, ...]] = {
@@ -635,8 +639,9 @@ KEPT: dict[str, tuple[dict[str, tuple[str, ...]], str]] = {
         "Transformers has no successor, so shardcompat keeps 4.30's reading of XNLI's TSV files and its accuracy; "
         "load_dataset('xnli', LANGUAGE) is today's way")),
     "shardcompat.transformers.squad": (SQUAD_HOMES, (
-        "Transformers has no successor, so shardcompat keeps 4.30's reading of SQuAD's JSON files and its official "
-        "scores; load_dataset('squad') and evaluate.load('squad') are today's way, as today's run_qa.py")),
+        "Transformers has no successor, so shardcompat keeps 4.30's reading of SQuAD's JSON files, its document spans "
+        "(as 4.x's slow tokenizers cut them), answer decoding and official scores; load_dataset('squad'), the "
+        "features and post-processing of today's run_qa.py and evaluate.load('squad') are today's way")),
 }
 SERVED_NAMES += tuple(
     _served(f"{module}.{name}", f"from {kept} import {name}", why, f"{kept}:{name}", deprecated="<=4.30",
@@ -666,13 +671,6 @@ EXAMPLES: tuple[Removed, ...] = (
     _refused("transformers.file_utils.cached_path", "transformers.utils.cached_file(path_or_repo_id, filename) "
              "or huggingface_hub.hf_hub_download", "it fetched a URL or hub file into the cache; 4.22 removed it",
              removed="4.22"),
-    *(_refused(f"transformers.{m}squad_convert_examples_to_features", "the example's own preprocessing (run_qa.py's "
-               "prepare_train_features, with a fast tokenizer's offsets)", "5.0 removed it and shardcompat does not "
-               "serve it yet: its spans are built from 4.x's slow-tokenizer encode_plus", removed="5.0")
-      for m in ("", "data.", "data.processors.", "data.processors.squad.")),
-    _refused("transformers.data.metrics.squad_metrics.compute_predictions_*", "the example's own post-processing "
-             "(utils_qa.py's postprocess_qa_predictions)", "5.0 removed it and shardcompat does not serve it yet",
-             removed="5.0"),
     _refused("transformers.data.metrics.*", "the evaluate library's metrics (squad, glue), or the example's own "
              "post-processing (utils_qa.py)", "SQuAD's answer decoding helpers left with 5.0", removed="5.0"),
     _refused("transformers.data.processors.*", "the datasets library (load_dataset) and the example's own "
@@ -971,18 +969,18 @@ COVERAGE: dict[str, Any] = {
         "Seq2SeqTrainer": (20, 9, 11, 0),
         "Trainer": (20, 9, 11, 0),
         "TrainingArguments": (63, 61, 2, 0),
-        "transformers": (1336, 117, 1219, 0),
-        "transformers.data": (20, 17, 3, 0),
+        "transformers": (1336, 118, 1218, 0),
+        "transformers.data": (20, 18, 2, 0),
         "transformers.data.data_collator": (6, 3, 3, 0),
         "transformers.data.datasets": (9, 5, 4, 0),
         "transformers.data.datasets.glue": (10, 7, 3, 0),
         "transformers.data.datasets.language_modeling": (9, 3, 6, 0),
         "transformers.data.datasets.squad": (13, 0, 13, 0),
         "transformers.data.metrics": (8, 5, 3, 0),
-        "transformers.data.metrics.squad_metrics": (19, 13, 6, 0),
-        "transformers.data.processors": (16, 14, 2, 0),
+        "transformers.data.metrics.squad_metrics": (19, 16, 3, 0),
+        "transformers.data.processors": (16, 15, 1, 0),
         "transformers.data.processors.glue": (23, 18, 5, 0),
-        "transformers.data.processors.squad": (19, 7, 12, 0),
+        "transformers.data.processors.squad": (19, 11, 8, 0),
         "transformers.data.processors.utils": (8, 3, 5, 0),
         "transformers.data.processors.xnli": (8, 6, 2, 0),
         "transformers.deepspeed": (15, 15, 0, 0),

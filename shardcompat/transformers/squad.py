@@ -1,16 +1,18 @@
-"""Transformers 4.x's SQuAD reading and scoring (``transformers.data``: ``SquadV1Processor``,
-``SquadV2Processor``, ``SquadExample``, ``SquadResult`` and the official evaluation of
-``squad_metrics``), which Transformers 5.0 removed without a successor: written here from what
-4.30 did (nothing is copied from Transformers).  ``shardcompat run`` serves it at its 4.x import
-paths and ``shardcompat-migrate --transformers-legacy`` imports it from here::
+"""Transformers 4.x's SQuAD layer (``transformers.data``: ``SquadV1Processor``,
+``SquadV2Processor``, ``SquadExample``, ``squad_convert_examples_to_features``, ``SquadResult``,
+``compute_predictions_logits`` and the official evaluation of ``squad_metrics``), which
+Transformers 5.0 removed without a successor: written here from what 4.30 did (nothing is copied
+from Transformers).  ``shardcompat run`` serves it at its 4.x import paths and
+``shardcompat-migrate --transformers-legacy`` imports it from here::
 
     from shardcompat.transformers.squad import SquadV2Processor, squad_evaluate
 
-The examples (whitespace-split document words, the answer's word span) and the scores (exact
-match and F1 over normalised answers, per has-answer and no-answer question, and the best
-no-answer threshold) are 4.30's.  The feature conversion (``squad_convert_examples_to_features``)
-and the answer decoding (``compute_predictions_logits``) are not served yet.  New code reads SQuAD
-with ``datasets.load_dataset("squad")`` and scores with ``evaluate.load("squad")``.
+The examples (whitespace-split document words, the answer's word span), the spans of the
+document the features cut (:mod:`._squad_spans`, as 4.x's slow tokenizers built them), the
+decoded answers (:mod:`._squad_answers`) and the scores (exact match and F1 over normalised
+answers, per has-answer and no-answer question, and the best no-answer threshold) are 4.30's.
+New code reads SQuAD with ``datasets.load_dataset("squad")``, builds features as today's
+``run_qa.py`` does and scores with ``evaluate.load("squad")``.
 """
 
 from __future__ import annotations
@@ -23,12 +25,25 @@ import string
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ._squad_answers import (
+    compute_predictions_log_probs,
+    compute_predictions_logits,
+    get_final_text,
+)
+from ._squad_spans import (
+    MULTI_SEP_TOKENS_TOKENIZERS_SET,
+    squad_convert_example_to_features,
+    squad_convert_example_to_features_init,
+    squad_convert_examples_to_features,
+)
 from .glue import DataProcessor, _scalar
 
-__all__ = ["SquadExample", "SquadFeatures", "SquadProcessor", "SquadResult", "SquadV1Processor", "SquadV2Processor",
-           "apply_no_ans_threshold", "compute_exact", "compute_f1", "find_all_best_thresh", "find_all_best_thresh_v2",
-           "find_best_thresh", "find_best_thresh_v2", "get_raw_scores", "get_tokens", "make_eval_dict", "merge_eval",
-           "normalize_answer", "squad_evaluate"]
+__all__ = ["MULTI_SEP_TOKENS_TOKENIZERS_SET", "SquadExample", "SquadFeatures", "SquadProcessor", "SquadResult",
+           "SquadV1Processor", "SquadV2Processor", "apply_no_ans_threshold", "compute_exact", "compute_f1",
+           "compute_predictions_log_probs", "compute_predictions_logits", "find_all_best_thresh",
+           "find_all_best_thresh_v2", "find_best_thresh", "find_best_thresh_v2", "get_final_text", "get_raw_scores",
+           "get_tokens", "make_eval_dict", "merge_eval", "normalize_answer", "squad_convert_example_to_features",
+           "squad_convert_example_to_features_init", "squad_convert_examples_to_features", "squad_evaluate"]
 
 _WHITESPACE = frozenset(" \t\r\n\u202f")
 

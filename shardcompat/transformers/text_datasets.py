@@ -23,34 +23,15 @@ from typing import Any
 import torch
 import torch.utils.data
 
-from . import _json_cache
+from . import _json_cache, _special_tokens
 
 __all__ = ["LineByLineTextDataset", "LineByLineWithRefDataset", "TextDataset", "with_special_tokens"]
 
 
 def with_special_tokens(tokenizer: Any, first: list[int], second: list[int] | None = None) -> list[int]:
     """``first`` (and ``second``) with the tokenizer's special tokens, as 4.x's
-    ``build_inputs_with_special_tokens`` built them.  5.x's tokenizers lost that method: their
-    template is read from the backend's post-processor, applied to a placeholder sequence."""
-    build = getattr(tokenizer, "build_inputs_with_special_tokens", None)
-    if build is not None:
-        return list(build(first, second))
-    backend = tokenizer.backend_tokenizer
-    placeholders = [backend.encode("a", add_special_tokens=False) for _ in range(1 if second is None else 2)]
-    if not all(p.ids for p in placeholders):
-        raise ValueError(f"{type(tokenizer).__name__} encodes no token for 'a', so where its special tokens go "
-                         "cannot be read from it; build the inputs with the tokenizer's own call instead")
-    done = backend.post_process(*placeholders, add_special_tokens=True)
-    sequences = iter([first] if second is None else [first, second])
-    out: list[int] = []
-    in_slot = False
-    for token, special in zip(done.ids, done.special_tokens_mask):
-        if special:
-            out.append(token)
-        elif not in_slot:  # a placeholder's first token: the sequence itself in its place
-            out.extend(next(sequences, []))
-        in_slot = not special
-    return out
+    ``build_inputs_with_special_tokens`` built them (5.x's tokenizers: from their own template)."""
+    return _special_tokens.build(tokenizer, first, second)[0]
 
 
 def _lines(path: str) -> list[str]:

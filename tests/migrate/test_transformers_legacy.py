@@ -257,17 +257,19 @@ def test_glue_and_squad_imports_move_to_shardcompats_and_the_rest_is_reported() 
     code = ("from transformers import AutoTokenizer, GlueDataset\n"
             "from transformers.data.processors.glue import MrpcProcessor as Mrpc\n"
             "import transformers.data.processors.squad as s\n"
-            "from transformers.data.processors.squad import SquadResult, squad_convert_examples_to_features\n")
+            "from transformers.data.processors.squad import SquadResult, squad_convert_examples_to_features\n"
+            "from transformers.data.datasets.squad import SquadDataset\n")
     new, result = _migrate(code)
     assert new.splitlines() == ["from transformers import AutoTokenizer",
                                 "from shardcompat.transformers.glue import GlueDataset",
                                 "from shardcompat.transformers.glue import MrpcProcessor as Mrpc",
                                 "import transformers.data.processors.squad as s",  # reported, left
-                                "from transformers.data.processors.squad import squad_convert_examples_to_features",
-                                "from shardcompat.transformers.squad import SquadResult"]
+                                "from shardcompat.transformers.squad import SquadResult, "
+                                "squad_convert_examples_to_features",
+                                "from transformers.data.datasets.squad import SquadDataset"]  # refused, left
     found = {w.message.split(":")[0]: w.hint for w in result.warnings if w.rule == UNMIGRATED}
     assert "shardcompat.transformers.squad" in found["import transformers.data.processors.squad"]
-    assert "prepare_train_features" in found["transformers.data.processors.squad.squad_convert_examples_to_features"]
+    assert "the datasets library" in found["transformers.data.datasets.squad.SquadDataset"]
 
 
 def test_a_mapped_function_loses_the_4x_arguments_todays_does_not_take() -> None:

@@ -55,17 +55,17 @@ def test_trainer_keywords_are_left_alone_where_the_release_has_them() -> None:
 
 
 def test_a_module_the_release_still_has_keeps_its_own_missing_names() -> None:
-    """4.34.1 still has transformers.data.processors.squad: under the layer its names are the
+    """4.34.1 still has transformers.data.datasets.squad: under the layer its names are the
     release's, and a name it never had is missing as before, not refused (on 5.x, where the layer
     serves the module, any name of it is refused with the replacement)."""
     import importlib
 
     with sct.dropins():
-        squad = importlib.import_module("transformers.data.processors.squad")
+        squad = importlib.import_module("transformers.data.datasets.squad")
         served = getattr(squad, "__file__", None) is None
         if served:
-            with pytest.raises(ImportError, match=r"squad_convert_examples_to_features is Transformers 4\.x API"):
-                squad.squad_convert_examples_to_features  # noqa: B018
+            with pytest.raises(ImportError, match=r"SquadDataset is Transformers 4\.x API"):
+                squad.SquadDataset  # noqa: B018
         else:
-            assert squad.squad_convert_examples_to_features.__module__ == "transformers.data.processors.squad"
+            assert squad.SquadDataset.__module__ == "transformers.data.datasets.squad"
             assert not hasattr(squad, "never_a_name")

@@ -33,8 +33,7 @@ def test_every_4x_home_of_a_kept_name_is_the_kept_modules_object(kept: str) -> N
 
 
 @pytest.mark.parametrize(("module", "name", "replacement"), [
-    ("transformers.data.processors.squad", "squad_convert_examples_to_features", "prepare_train_features"),
-    ("transformers.data.metrics.squad_metrics", "compute_predictions_logits", "postprocess_qa_predictions"),
+    ("transformers.data.datasets.squad", "SquadDataset", "the datasets library"),
     ("transformers.data.processors.utils", "SingleSentenceClassificationProcessor", "the datasets library"),
     ("transformers.data.datasets.language_modeling", "TextDatasetForNextSentencePrediction", "the datasets library"),
 ])

@@ -21,6 +21,7 @@ tokenizers = pytest.importorskip("tokenizers")
 
 import torch  # noqa: E402
 
+from shardcompat.transformers import _special_tokens  # noqa: E402
 from shardcompat.transformers import text_datasets as td  # noqa: E402
 
 HAS_STOCK = importlib.util.find_spec("transformers.data.datasets") is not None
@@ -59,8 +60,9 @@ def test_the_special_tokens_go_where_4xs_build_inputs_put_them(tmp_path: Path) -
     fast = transformers.BertTokenizerFast(str(tmp_path / "vocab.txt"))
     if "build_inputs_with_special_tokens" in vars(type(fast)):  # 4.x: the template read from the backend agrees
         for first, second in (([7], [9, 10]), ([7, 8], None), ([], None)):
-            assert td.with_special_tokens(_without_builder(fast), first, second) == \
-                fast.build_inputs_with_special_tokens(first, second)
+            assert _special_tokens.build(_without_builder(fast), first, second) == (
+                fast.build_inputs_with_special_tokens(first, second),
+                fast.create_token_type_ids_from_sequences(first, second))
 
 
 def _without_builder(tokenizer: Any) -> Any:
