@@ -7,7 +7,10 @@ longer take token lists that way.  Served by :mod:`.squad`."""
 
 from __future__ import annotations
 
+import functools
 import logging
+import multiprocessing
+import os
 from typing import Any
 
 import numpy as np
@@ -176,12 +179,24 @@ def squad_convert_examples_to_features(examples: list[Any], tokenizer: Any, max_
                                        tqdm_enabled: bool = True) -> Any:
     """Every example's spans, numbered (``example_index`` counts the examples that gave any;
     ``unique_id`` from 1000000000), and with ``return_dataset="pt"`` the tensors 4.x's scripts
-    loaded.  ``threads`` is accepted and the work done in this process (the same result)."""
+    loaded.  ``threads`` worker processes share the examples, as in 4.x; a progress bar shows
+    unless ``tqdm_enabled`` is False."""
+    from tqdm.auto import tqdm
+
     if return_dataset not in (False, None, "pt"):
         raise ValueError(f"return_dataset={return_dataset!r}: Transformers 5.x is PyTorch only; use 'pt' or False")
-    squad_convert_example_to_features_init(tokenizer)
-    per_example = [squad_convert_example_to_features(e, max_seq_length, doc_stride, max_query_length,
-                                                     padding_strategy, is_training) for e in examples]
+    convert = functools.partial(squad_convert_example_to_features, max_seq_length=max_seq_length,
+                                doc_stride=doc_stride, max_query_length=max_query_length,
+                                padding_strategy=padding_strategy, is_training=is_training)
+    progress = {"total": len(examples), "desc": "convert squad examples to features", "disable": not tqdm_enabled}
+    threads = min(threads, os.cpu_count() or 1)
+    if threads > 1:
+        with multiprocessing.Pool(threads, initializer=squad_convert_example_to_features_init,
+                                  initargs=(tokenizer,)) as pool:
+            per_example = list(tqdm(pool.imap(convert, examples, chunksize=32), **progress))
+    else:
+        squad_convert_example_to_features_init(tokenizer)
+        per_example = [convert(e) for e in tqdm(examples, **progress)]
     features = []
     unique_id = 1000000000
     for example_index, found in enumerate(f for f in per_example if f):

@@ -182,6 +182,9 @@ def test_the_document_is_cut_into_4xs_spans(tmp_path: Path, training: bool, monk
         assert sum(f.token_is_max_context.get(offset + position - 8 * k, False) for k, f in enumerate(spans)
                    if 0 <= position - 8 * k < f.paragraph_len) == 1
     assert [f.unique_id for f in features] == list(range(1000000000, 1000000000 + len(features)))
+    in_workers = squad.squad_convert_examples_to_features(examples, tokenizer, is_training=training, threads=2,
+                                                          tqdm_enabled=False, **SETTINGS)
+    assert [_fields(f) for f in in_workers] == [_fields(f) for f in features]  # 4.x's worker processes: the same
     assert len(dataset) == len(features) and len(dataset[0]) == (8 if training else 6)
     if training:
         for f in features:
