@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -249,3 +250,13 @@ def test_roberta_and_bart_tokenizers_get_mnli_labels_in_their_heads_order(tmp_pa
 def _vocab(tmp_path: Path) -> Path:
     _tokenizer(tmp_path)
     return tmp_path / "vocab.txt"
+
+
+def test_without_scikit_learn_the_scores_say_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    """scikit-learn and SciPy are optional, as in 4.x: the processors and features work without
+    them, and a score names what to install (imports of None fail, as a missing package does)."""
+    for name in ("sklearn", "sklearn.metrics", "scipy", "scipy.stats"):
+        monkeypatch.setitem(sys.modules, name, None)
+    with pytest.raises(ImportError, match=r"need scikit-learn and SciPy.*pip install scikit-learn scipy"):
+        glue.glue_compute_metrics("mrpc", np.array([1]), np.array([1]))
+    assert glue.glue_processors["mrpc"]().get_labels() == ["0", "1"]
