@@ -246,3 +246,53 @@ def test_the_answers_are_decoded_as_4x_decoded_them(tmp_path: Path) -> None:
             theirs = STOCK_METRICS.compute_predictions_logits(examples, features, results, 5, 10, True,
                                                               *map(str, files), False, v2, 0.0, tokenizer)
             assert (dict(theirs), *(json.loads(f.read_text()) if f.exists() else None for f in files)) == outputs[v2]
+
+
+def test_xlnets_beam_answers_are_decoded_as_4x_decoded_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # XLNet's layout (the document first: a tokenizer that pads on the left), and its beam-search
+    # head's results: the top starts, for each the top ends, and the no-answer logit
+    tokenizer = _bert(tmp_path)
+    tokenizer.padding_side = "left"
+    examples = _long_examples(tmp_path, squad.SquadV2Processor(), training=False)
+    features = squad.squad_convert_examples_to_features(examples, tokenizer, is_training=False, **SETTINGS)
+    if HAS_STOCK:  # the document-first spans, as 4.x cut them
+        monkeypatch.setattr(STOCK, "np", _NumPy1Where())
+        stock = STOCK.squad_convert_examples_to_features(examples, tokenizer, is_training=False, threads=1,
+                                                         tqdm_enabled=False, **SETTINGS)
+        assert [_fields(f) for f in features] == [_fields(f) for f in stock]
+    rng = random.Random(2)
+    top_start, top_end = 3, 4
+    results = []
+    for f in features:
+        starts = sorted(rng.sample(range(24), top_start), key=lambda _: rng.random())
+        ends = [rng.randrange(24) for _ in range(top_start * top_end)]
+        results.append(squad.SquadResult(f.unique_id, sorted((rng.gauss(-2, 1) for _ in starts), reverse=True),
+                                         [rng.gauss(-2, 1) for _ in ends], start_top_index=starts,
+                                         end_top_index=ends, cls_logits=rng.gauss(0, 1)))
+    first = features[0]  # its best beam is made "on the mat": a start and its first end
+    on = next(i for i, t in enumerate(first.tokens) if t == "on" and first.token_is_max_context.get(i, False))
+    results[0].start_top_index[0], results[0].end_top_index[0] = on, on + 2
+    results[0].start_logits[0], results[0].end_logits[0] = 0.0, 0.0
+    outputs = {}
+    for v2 in (False, True):
+        files = [tmp_path / f"{name}-{v2}.json" for name in ("predictions", "nbest", "null_odds")]
+        predictions = squad.compute_predictions_log_probs(examples, features, results, 5, 10, *map(str, files),
+                                                          top_start, top_end, v2, tokenizer, False)
+        outputs[v2] = (dict(predictions), *(json.loads(f.read_text()) if f.exists() else None for f in files))
+    # 4.x's document-first indexes assume XLNet's trailing [CLS]; BERT's leads, so the pieces
+    # "on the mat" name the words one piece on, "the mat,", which do not hold them: those words
+    assert outputs[True][0]["l1"] == "the mat,"
+    assert outputs[False][:3] == outputs[True][:3] and outputs[False][3] is None
+    assert all(abs(sum(e["probability"] for e in nbest) - 1) < 1e-9 for nbest in outputs[True][2].values())
+    assert all(set(e) == {"text", "probability", "start_log_prob", "end_log_prob"}
+               for nbest in outputs[True][2].values() for e in nbest)
+    by_example: dict[int, list[float]] = {}
+    for f, r in zip(features, results):
+        by_example.setdefault(f.example_index, []).append(r.cls_logits)
+    assert outputs[True][3] == {e.qas_id: min(by_example[i]) for i, e in enumerate(examples)}  # the lowest no-answer
+    if HAS_STOCK:
+        for v2 in (False, True):
+            files = [tmp_path / f"stock-{name}-{v2}.json" for name in ("predictions", "nbest", "null_odds")]
+            theirs = STOCK_METRICS.compute_predictions_log_probs(examples, features, results, 5, 10, *map(str, files),
+                                                                 top_start, top_end, v2, tokenizer, False)
+            assert (dict(theirs), *(json.loads(f.read_text()) if f.exists() else None for f in files)) == outputs[v2]
