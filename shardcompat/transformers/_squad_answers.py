@@ -8,11 +8,12 @@ pre-tokenizer (4.x's ``BasicTokenizer`` did the same).  Served by :mod:`.squad`.
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import logging
 import math
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 logger = logging.getLogger(__name__)
@@ -80,8 +81,11 @@ class _Candidate(NamedTuple):
     end: float
 
 
-def _text(candidate: _Candidate, features: list[Any], example: Any, tokenizer: Any, do_lower_case: bool,
-          verbose: bool) -> str:
+def _text(features: list[Any], example: Any, tokenizer: Any, do_lower_case: bool, verbose: bool,
+          candidate: _Candidate, cls_is_no_answer: bool = False) -> str:
+    """The original words a candidate span covers ("" for the no-answer at [CLS] where it is one)."""
+    if cls_is_no_answer and candidate.start_index == 0:
+        return ""
     feature = features[candidate.feature_index]
     pieces = feature.tokens[candidate.start_index:candidate.end_index + 1]
     words = example.doc_tokens[feature.token_to_orig_map[candidate.start_index]:
@@ -97,10 +101,38 @@ def _grouped(all_features: Iterable[Any], all_results: Iterable[Any]) -> tuple[d
     return by_example, {r.unique_id: r for r in all_results}
 
 
-def _write(path: str | None, value: Any) -> None:
-    if path:
-        with open(path, "w") as f:
-            f.write(json.dumps(value, indent=4) + "\n")
+def _distinct(candidates: list[_Candidate], n_best_size: int,
+              text_of: Callable[[_Candidate], str]) -> list[tuple[str, float, float]]:
+    """The best ``n_best_size`` candidates with distinct texts: (text, start, end), best first."""
+    seen: set[str] = set()
+    entries: list[tuple[str, float, float]] = []
+    for candidate in sorted(candidates, key=lambda c: c.start + c.end, reverse=True):
+        if len(entries) >= n_best_size:
+            break
+        text = text_of(candidate)
+        if text not in seen:
+            seen.add(text)
+            entries.append((text, candidate.start, candidate.end))
+    return entries
+
+
+class _Answers:
+    """What both decoders give: each question's answer, its n-best list and its no-answer score."""
+
+    def __init__(self) -> None:
+        self.predictions: collections.OrderedDict[str, str] = collections.OrderedDict()
+        self.nbest: collections.OrderedDict[str, Any] = collections.OrderedDict()
+        self.null_odds: collections.OrderedDict[str, float] = collections.OrderedDict()
+
+    def write(self, prediction_file: str | None, nbest_file: str | None,
+              null_odds_file: str | None) -> collections.OrderedDict[str, str]:
+        """Writes each to its file where one is named (the no-answer scores for SQuAD 2.0 only)."""
+        for path, value in ((prediction_file, self.predictions), (nbest_file, self.nbest),
+                            (null_odds_file, self.null_odds)):
+            if path:
+                with open(path, "w") as f:
+                    f.write(json.dumps(value, indent=4) + "\n")
+        return self.predictions
 
 
 def _nbest_json(entries: list[tuple[str, float, float]], names: tuple[str, str]) -> list[dict[str, Any]]:
@@ -121,9 +153,7 @@ def compute_predictions_logits(all_examples: list[Any], all_features: list[Any],
     the best span by more than ``null_score_diff_threshold``.  Writes the predictions, n-best lists
     and no-answer score differences to the files given."""
     by_example, results = _grouped(all_features, all_results)
-    predictions: collections.OrderedDict[str, str] = collections.OrderedDict()
-    nbest_all: collections.OrderedDict[str, Any] = collections.OrderedDict()
-    diffs: collections.OrderedDict[str, float] = collections.OrderedDict()
+    answers = _Answers()
     for example_index, example in enumerate(all_examples):
         features = by_example[example_index]
         candidates: list[_Candidate] = []
@@ -142,22 +172,10 @@ def compute_predictions_logits(all_examples: list[Any], all_features: list[Any],
                                                      result.end_logits[end]))
         if version_2_with_negative:
             candidates.append(_Candidate(null[1], 0, 0, null[2], null[3]))
-        candidates.sort(key=lambda c: c.start + c.end, reverse=True)
-        seen: set[str] = set()
-        entries: list[tuple[str, float, float]] = []
-        for candidate in candidates:
-            if len(entries) >= n_best_size:
-                break
-            if candidate.start_index > 0:
-                text = _text(candidate, features, example, tokenizer, do_lower_case, verbose_logging)
-                if text in seen:
-                    continue
-            else:  # the no-answer
-                text = ""
-            seen.add(text)
-            entries.append((text, candidate.start, candidate.end))
+        entries = _distinct(candidates, n_best_size, functools.partial(
+            _text, features, example, tokenizer, do_lower_case, verbose_logging, cls_is_no_answer=True))
         if version_2_with_negative:
-            if "" not in seen:
+            if all(text for text, _, _ in entries):
                 entries.append(("", null[2], null[3]))
             if len(entries) == 1:  # only the no-answer: an empty placeholder keeps a span to compare with
                 entries.insert(0, ("empty", 0.0, 0.0))
@@ -165,16 +183,14 @@ def compute_predictions_logits(all_examples: list[Any], all_features: list[Any],
             entries.append(("empty", 0.0, 0.0))
         nbest = _nbest_json(entries, ("start_logit", "end_logit"))
         if not version_2_with_negative:
-            predictions[example.qas_id] = nbest[0]["text"]
+            answers.predictions[example.qas_id] = nbest[0]["text"]
         else:
             best = next(e for e in entries if e[0])
-            diffs[example.qas_id] = null[0] - best[1] - best[2]
-            predictions[example.qas_id] = "" if diffs[example.qas_id] > null_score_diff_threshold else best[0]
-        nbest_all[example.qas_id] = nbest
-    _write(output_prediction_file, predictions)
-    _write(output_nbest_file, nbest_all)
-    _write(output_null_log_odds_file if version_2_with_negative else None, diffs)
-    return predictions
+            diff = answers.null_odds[example.qas_id] = null[0] - best[1] - best[2]
+            answers.predictions[example.qas_id] = "" if diff > null_score_diff_threshold else best[0]
+        answers.nbest[example.qas_id] = nbest
+    return answers.write(output_prediction_file, output_nbest_file,
+                         output_null_log_odds_file if version_2_with_negative else None)
 
 
 def compute_predictions_log_probs(all_examples: list[Any], all_features: list[Any], all_results: list[Any],
@@ -187,9 +203,7 @@ def compute_predictions_log_probs(all_examples: list[Any], all_features: list[An
     by_example, results = _grouped(all_features, all_results)
     lower = getattr(tokenizer, "do_lower_case", None)
     do_lower_case = bool(getattr(tokenizer, "do_lowercase_and_remove_accent", False) if lower is None else lower)
-    predictions: collections.OrderedDict[str, str] = collections.OrderedDict()
-    nbest_all: collections.OrderedDict[str, Any] = collections.OrderedDict()
-    diffs: collections.OrderedDict[str, float] = collections.OrderedDict()
+    answers = _Answers()
     for example_index, example in enumerate(all_examples):
         features = by_example[example_index]
         candidates: list[_Candidate] = []
@@ -204,22 +218,12 @@ def compute_predictions_log_probs(all_examples: list[Any], all_features: list[An
                             and feature.token_is_max_context.get(start, False) and start <= end < start + max_answer_length):
                         candidates.append(_Candidate(feature_index, start, end, result.start_logits[i],
                                                      result.end_logits[i * end_n_top + j]))
-        candidates.sort(key=lambda c: c.start + c.end, reverse=True)
-        seen: set[str] = set()
-        entries: list[tuple[str, float, float]] = []
-        for candidate in candidates:
-            if len(entries) >= n_best_size:
-                break
-            text = _text(candidate, features, example, tokenizer, do_lower_case, verbose_logging)
-            if text not in seen:
-                seen.add(text)
-                entries.append((text, candidate.start, candidate.end))
+        entries = _distinct(candidates, n_best_size,
+                            functools.partial(_text, features, example, tokenizer, do_lower_case, verbose_logging))
         if not entries:
             entries.append(("", -1e6, -1e6))
-        nbest_all[example.qas_id] = _nbest_json(entries, ("start_log_prob", "end_log_prob"))
-        diffs[example.qas_id] = null
-        predictions[example.qas_id] = entries[0][0]
-    _write(output_prediction_file, predictions)
-    _write(output_nbest_file, nbest_all)
-    _write(output_null_log_odds_file if version_2_with_negative else None, diffs)
-    return predictions
+        answers.nbest[example.qas_id] = _nbest_json(entries, ("start_log_prob", "end_log_prob"))
+        answers.null_odds[example.qas_id] = null
+        answers.predictions[example.qas_id] = entries[0][0]
+    return answers.write(output_prediction_file, output_nbest_file,
+                         output_null_log_odds_file if version_2_with_negative else None)
