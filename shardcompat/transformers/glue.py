@@ -21,10 +21,8 @@ The metrics need scikit-learn and SciPy, as in 4.x.  New code reads GLUE with
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import enum
-import json
 import os
 from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
@@ -32,6 +30,8 @@ from typing import Any, ClassVar
 import torch.utils.data
 
 from . import _json_cache
+from ._data_processors import DataProcessor, InputExample, InputFeatures, tensor_value
+from ._metrics import acc_and_f1, glue_compute_metrics, pearson_and_spearman, simple_accuracy
 
 __all__ = ["ColaProcessor", "DataProcessor", "GlueDataTrainingArguments", "GlueDataset", "InputExample",
            "InputFeatures", "MnliMismatchedProcessor", "MnliProcessor", "MrpcProcessor", "OutputMode",
@@ -39,70 +39,6 @@ __all__ = ["ColaProcessor", "DataProcessor", "GlueDataTrainingArguments", "GlueD
            "WnliProcessor", "acc_and_f1", "glue_compute_metrics", "glue_convert_examples_to_features",
            "glue_output_modes", "glue_processors", "glue_tasks_num_labels", "pearson_and_spearman",
            "simple_accuracy"]
-
-
-@dataclasses.dataclass
-class InputExample:
-    """One example: its id, one or two texts, and its label (None in a test set)."""
-
-    guid: str
-    text_a: str
-    text_b: str | None = None
-    label: str | None = None
-
-    def to_json_string(self) -> str:
-        return json.dumps(dataclasses.asdict(self), indent=2) + "\n"
-
-
-@dataclasses.dataclass(frozen=True)
-class InputFeatures:
-    """One example's model inputs (named as the model's arguments) and its label (int or float)."""
-
-    input_ids: list[int]
-    attention_mask: list[int] | None = None
-    token_type_ids: list[int] | None = None
-    label: int | float | None = None
-
-    def to_json_string(self) -> str:
-        return json.dumps(dataclasses.asdict(self)) + "\n"
-
-
-class DataProcessor:
-    """A data set's reader: examples of each split, and the label names."""
-
-    def get_example_from_tensor_dict(self, tensor_dict: dict[str, Any]) -> InputExample:
-        raise NotImplementedError()
-
-    def get_train_examples(self, data_dir: str) -> list[Any]:
-        raise NotImplementedError()
-
-    def get_dev_examples(self, data_dir: str) -> list[Any]:
-        raise NotImplementedError()
-
-    def get_test_examples(self, data_dir: str) -> list[Any]:
-        raise NotImplementedError()
-
-    def get_labels(self) -> list[Any]:
-        raise NotImplementedError()
-
-    def tfds_map(self, example: InputExample) -> InputExample:
-        """A TensorFlow-datasets example's label index to the label's name."""
-        labels = self.get_labels()
-        if len(labels) > 1:
-            example.label = labels[int(example.label)]  # type: ignore[arg-type]
-        return example
-
-    @classmethod
-    def _read_tsv(cls, input_file: str, quotechar: str | None = None) -> list[list[str]]:
-        """The rows of a tab-separated file (GLUE's: no quoting, an optional BOM)."""
-        with open(input_file, encoding="utf-8-sig") as f:
-            return list(csv.reader(f, delimiter="\t", quotechar=quotechar))
-
-
-def _scalar(value: Any) -> Any:
-    """A TensorFlow tensor's value (``.numpy()``), bytes decoded."""
-    value = value.numpy() if hasattr(value, "numpy") else value
-    return value.decode("utf-8") if isinstance(value, bytes) else value
 
 
 class _GlueProcessor(DataProcessor):
@@ -122,8 +58,8 @@ class _GlueProcessor(DataProcessor):
 
     def get_example_from_tensor_dict(self, tensor_dict: dict[str, Any]) -> InputExample:
         a, b = self.TFDS
-        return InputExample(_scalar(tensor_dict["idx"]), _scalar(tensor_dict[a]),
-                            None if b is None else _scalar(tensor_dict[b]), str(_scalar(tensor_dict["label"])))
+        return InputExample(tensor_value(tensor_dict["idx"]), tensor_value(tensor_dict[a]),
+                            None if b is None else tensor_value(tensor_dict[b]), str(tensor_value(tensor_dict["label"])))
 
     def get_train_examples(self, data_dir: str) -> list[InputExample]:
         return self._split(data_dir, 0)
@@ -281,55 +217,6 @@ def glue_convert_examples_to_features(examples: Sequence[InputExample], tokenize
     else:
         rows = [dict(tokenizer(e.text_a, e.text_b, **settings)) for e in examples]
     return [InputFeatures(**row, label=y) for row, y in zip(rows, labels)]
-
-
-# ---------------------------------------------------------------------- metrics
-def _metrics() -> Any:
-    try:
-        import scipy.stats
-        import sklearn.metrics
-    except ImportError as e:
-        raise ImportError(f"the GLUE metrics of Transformers 4.x need scikit-learn and SciPy, as they did in 4.x "
-                          f"({e}); pip install scikit-learn scipy") from None
-    return sklearn.metrics, scipy.stats
-
-
-def simple_accuracy(preds: Any, labels: Any) -> Any:
-    _metrics()
-    return (preds == labels).mean()
-
-
-def acc_and_f1(preds: Any, labels: Any) -> dict[str, Any]:
-    metrics, _ = _metrics()
-    acc, f1 = simple_accuracy(preds, labels), metrics.f1_score(y_true=labels, y_pred=preds)
-    return {"acc": acc, "f1": f1, "acc_and_f1": (acc + f1) / 2}
-
-
-def pearson_and_spearman(preds: Any, labels: Any) -> dict[str, Any]:
-    _, stats = _metrics()
-    pearson, spearman = stats.pearsonr(preds, labels)[0], stats.spearmanr(preds, labels)[0]
-    return {"pearson": pearson, "spearmanr": spearman, "corr": (pearson + spearman) / 2}
-
-
-_ACCURACY_KEY = {"sst-2": "acc", "qnli": "acc", "rte": "acc", "wnli": "acc", "hans": "acc", "mnli": "mnli/acc",
-                 "mnli-mm": "mnli-mm/acc"}
-
-
-def glue_compute_metrics(task_name: str, preds: Any, labels: Any) -> dict[str, Any]:
-    """The task's GLUE score(s) of numpy predictions against labels: Matthews correlation (CoLA),
-    accuracy and F1 (MRPC, QQP), Pearson and Spearman correlation (STS-B), accuracy (the rest)."""
-    metrics, _ = _metrics()
-    if len(preds) != len(labels):
-        raise ValueError(f"Predictions and labels have mismatched lengths {len(preds)} and {len(labels)}")
-    if task_name == "cola":
-        return {"mcc": metrics.matthews_corrcoef(labels, preds)}
-    if task_name in ("mrpc", "qqp"):
-        return acc_and_f1(preds, labels)
-    if task_name == "sts-b":
-        return pearson_and_spearman(preds, labels)
-    if task_name in _ACCURACY_KEY:
-        return {_ACCURACY_KEY[task_name]: simple_accuracy(preds, labels)}
-    raise KeyError(task_name)
 
 
 # ---------------------------------------------------------------------- GlueDataset

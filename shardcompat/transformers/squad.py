@@ -25,6 +25,7 @@ import string
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ._data_processors import DataProcessor, tensor_value
 from ._squad_answers import (
     compute_predictions_log_probs,
     compute_predictions_logits,
@@ -36,7 +37,6 @@ from ._squad_spans import (
     squad_convert_example_to_features_init,
     squad_convert_examples_to_features,
 )
-from .glue import DataProcessor, _scalar
 
 __all__ = ["MULTI_SEP_TOKENS_TOKENIZERS_SET", "SquadExample", "SquadFeatures", "SquadProcessor", "SquadResult",
            "SquadV1Processor", "SquadV2Processor", "apply_no_ans_threshold", "compute_exact", "compute_f1",
@@ -140,13 +140,13 @@ class SquadProcessor(DataProcessor):
     def _get_example_from_tensor_dict(self, tensor_dict: Mapping[str, Any], evaluate: bool = False) -> SquadExample:
         answers = tensor_dict["answers"]
         if evaluate:
-            given = [{"answer_start": _scalar(s), "text": _scalar(t)}
+            given = [{"answer_start": tensor_value(s), "text": tensor_value(t)}
                      for s, t in zip(answers["answer_start"], answers["text"])]
             text, start = None, None
         else:
-            given, text, start = [], _scalar(answers["text"][0]), _scalar(answers["answer_start"][0])
-        return SquadExample(_scalar(tensor_dict["id"]), _scalar(tensor_dict["question"]),
-                            _scalar(tensor_dict["context"]), text, start, _scalar(tensor_dict["title"]), answers=given)
+            given, text, start = [], tensor_value(answers["text"][0]), tensor_value(answers["answer_start"][0])
+        return SquadExample(tensor_value(tensor_dict["id"]), tensor_value(tensor_dict["question"]),
+                            tensor_value(tensor_dict["context"]), text, start, tensor_value(tensor_dict["title"]), answers=given)
 
     def get_examples_from_dataset(self, dataset: Mapping[str, Iterable[Any]], evaluate: bool = False) -> list[SquadExample]:
         """Examples of a TensorFlow-datasets ``squad`` split (validation when ``evaluate``)."""

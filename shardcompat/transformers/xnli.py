@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .glue import DataProcessor, InputExample, simple_accuracy
+from ._data_processors import DataProcessor, InputExample
+from ._metrics import simple_accuracy
 
 __all__ = ["XnliProcessor", "xnli_compute_metrics", "xnli_output_modes", "xnli_processors", "xnli_tasks_num_labels"]
 
