@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
@@ -49,3 +50,35 @@ def write(path: str, built_for: dict[str, Any], value: Any) -> None:
     except OSError:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+
+
+@contextlib.contextmanager
+def _locked(path: str) -> Iterator[None]:
+    """Holds the lock beside ``path`` (4.x's ``FileLock``); without one where the folder is read-only."""
+    import filelock
+
+    lock = filelock.FileLock(path + ".lock")
+    try:
+        lock.acquire()
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def once(path: str, built_for: dict[str, Any], build: Callable[[], Any], valid: Callable[[Any], bool],
+         overwrite: bool = False) -> Any:
+    """The ``valid`` value cached at ``path`` for ``built_for``, else ``build()``'s, cached there
+    (a ``build()`` of None is not cached).  Under a lock, as 4.x did: with several ranks the first
+    builds and the others read what it wrote, so a builder that draws random numbers gives every
+    rank the same value."""
+    with _locked(path):
+        value = None if overwrite else read(path, built_for)
+        if value is None or not valid(value):
+            value = build()
+            if value is not None:
+                write(path, built_for, value)
+        return value

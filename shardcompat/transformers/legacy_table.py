@@ -621,7 +621,8 @@ XNLI_HOMES: dict[str, tuple[str, ...]] = {
     "transformers.data.processors.xnli": (*_XNLI_CORE, "XnliProcessor", "DataProcessor", "InputExample"),
     "transformers.data.metrics": ("xnli_compute_metrics",),
 }
-_TEXT = ("TextDataset", "LineByLineTextDataset", "LineByLineWithRefDataset")
+_TEXT = ("TextDataset", "LineByLineTextDataset", "LineByLineWithRefDataset", "LineByLineWithSOPTextDataset",
+         "TextDatasetForNextSentencePrediction")
 TEXT_HOMES: dict[str, tuple[str, ...]] = {
     "transformers": _TEXT, "transformers.data.datasets": _TEXT, "transformers.data.datasets.language_modeling": _TEXT}
 #: The public module that keeps each layer, with what it serves and why.
@@ -632,8 +633,9 @@ KEPT: dict[str, tuple[dict[str, tuple[str, ...]], str]] = {
         "pickled cache; load_dataset('glue', TASK) and evaluate.load('glue', TASK) are today's way, as today's "
         "run_glue.py")),
     "shardcompat.transformers.text_datasets": (TEXT_HOMES, (
-        "Transformers has no successor, so shardcompat keeps 4.30's blocks and lines of a text file, with the model's "
-        "special tokens; TextDataset caches its blocks as JSON and never loads 4.x's pickled cache; "
+        "Transformers has no successor, so shardcompat keeps 4.30's blocks, lines and sentence pairs of a text file, "
+        "with the model's special tokens and 4.x's draws from random; its caches are JSON and 4.x's pickled ones are "
+        "never loaded; "
         "load_dataset('text', ...) grouped as today's run_clm.py is today's way")),
     "shardcompat.transformers.xnli": (XNLI_HOMES, (
         "Transformers has no successor, so shardcompat keeps 4.30's reading of XNLI's TSV files and its accuracy; "
@@ -969,12 +971,12 @@ COVERAGE: dict[str, Any] = {
         "Seq2SeqTrainer": (20, 9, 11, 0),
         "Trainer": (20, 9, 11, 0),
         "TrainingArguments": (63, 61, 2, 0),
-        "transformers": (1336, 118, 1218, 0),
+        "transformers": (1336, 120, 1216, 0),
         "transformers.data": (20, 18, 2, 0),
         "transformers.data.data_collator": (6, 3, 3, 0),
-        "transformers.data.datasets": (9, 5, 4, 0),
+        "transformers.data.datasets": (9, 7, 2, 0),
         "transformers.data.datasets.glue": (10, 7, 3, 0),
-        "transformers.data.datasets.language_modeling": (9, 3, 6, 0),
+        "transformers.data.datasets.language_modeling": (9, 5, 4, 0),
         "transformers.data.datasets.squad": (13, 0, 13, 0),
         "transformers.data.metrics": (8, 5, 3, 0),
         "transformers.data.metrics.squad_metrics": (19, 16, 3, 0),

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib
 import json
+import multiprocessing
+import random
 from pathlib import Path
 from typing import Any
 
@@ -120,3 +122,137 @@ def test_line_by_line_datasets_encode_each_line_and_its_references(tmp_path: Pat
         stock = importlib.import_module("transformers.data.datasets.language_modeling")
         theirs = stock.LineByLineTextDataset(tokenizer, str(path), block_size=5)
         assert [e["input_ids"].tolist() for e in theirs.examples] == [e["input_ids"].tolist() for e in dataset]
+
+
+# ---------------------------------------------------------------------- sentence pairs
+SENTENCES = [["the cat sat on a mat", "the dog ran far away", "a cat ran", "the mat", "我 喜 欢 the dog"],
+             ["a dog sat", "the cat ran far away on a mat", "far away"],
+             ["the end"],
+             ["a mat", "a cat sat on the dog", "the dog ran", "away", "the cat", "a cat sat far away"]]
+
+
+def _pair(tokenizer: Any, example: dict[str, Any]) -> tuple[list[int], list[int]]:
+    """The two sentences of a [CLS] A [SEP] B [SEP] example, checked against its token types."""
+    ids, types = example["input_ids"].tolist(), example["token_type_ids"].tolist()
+    assert ids[0] == tokenizer.cls_token_id and ids[-1] == tokenizer.sep_token_id and ids.count(tokenizer.sep_token_id) == 2
+    middle = ids.index(tokenizer.sep_token_id)
+    assert types == [0] * (middle + 1) + [1] * (len(ids) - middle - 1)
+    return ids[1:middle], ids[middle + 1:-1]
+
+
+def _tensors_equal(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> bool:
+    return len(ours) == len(theirs) and all(
+        a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a) for a, b in zip(ours, theirs))
+
+
+def test_next_sentence_pairs_are_4xs_draws_and_every_rank_reads_the_first_ranks(tmp_path: Path) -> None:
+    tokenizer = _bert(tmp_path)
+    path = tmp_path / "corpus.txt"
+    path.write_text("\n\n".join("\n".join(doc) for doc in SENTENCES) + "\n", encoding="utf-8")
+    ids = [[tokenizer.convert_tokens_to_ids(tokenizer.tokenize(s)) for s in doc] for doc in SENTENCES]
+    stale = tmp_path / "cached_nsp_BertTokenizer_12_corpus.txt"  # 4.x's name for this very cache
+    planted = plant(stale, tmp_path / "marker")
+    labels = set()
+    for seed in range(6):
+        random.seed(seed)
+        dataset = td.TextDatasetForNextSentencePrediction(tokenizer, str(path), block_size=12, overwrite_cache=True)
+        after = random.getstate()
+        assert dataset.documents == ids
+        for example in dataset.examples:
+            first, second = _pair(tokenizer, example)
+            label = int(example["next_sentence_label"])
+            labels.add(label)
+            home = next(d for d, doc in enumerate(ids) if _runs(doc, first))  # A: sentences in a row of one document
+            if label == 0:  # B: the sentences right after A, in A's document
+                assert _runs(ids[home], first + second)
+            else:  # B: a run of sentences of another document (the same one only after 10 tries)
+                assert any(_runs(doc, second, whole_end=False) for doc in ids)
+        if HAS_STOCK:
+            stock = importlib.import_module("transformers.data.datasets.language_modeling")
+            elsewhere = tmp_path / "stock" / str(seed)
+            elsewhere.mkdir(parents=True)
+            (elsewhere / path.name).write_bytes(path.read_bytes())
+            random.seed(seed)
+            theirs = stock.TextDatasetForNextSentencePrediction(tokenizer, str(elsewhere / path.name), block_size=12,
+                                                                overwrite_cache=True)
+            assert _tensors_equal(dataset.examples, theirs.examples) and random.getstate() == after
+    assert labels == {0, 1}
+    assert not (tmp_path / "marker").exists() and stale.read_bytes() == planted  # 4.x's pickle: never loaded
+    random.seed(0)
+    state = random.getstate()
+    cached = td.TextDatasetForNextSentencePrediction(tokenizer, str(path), block_size=12)
+    assert _tensors_equal(cached.examples, dataset.examples) and random.getstate() == state  # read: no draws
+    # ranks seeded apart still get one set of pairs: the first builds under the lock, the others read it
+    path.write_text(path.read_text() + "a dog\n", encoding="utf-8")
+    context = multiprocessing.get_context("spawn")
+    start, results = context.Barrier(2), context.Queue()
+    ranks = [context.Process(target=_nsp_in_a_process, args=(str(tmp_path), seed, start, results)) for seed in (1, 2)]
+    for rank in ranks:
+        rank.start()
+    built = [results.get(timeout=120) for _ in ranks]
+    for rank in ranks:
+        rank.join(timeout=60)
+    assert built[0] == built[1] and len(built[0]) > 0
+
+
+def _nsp_in_a_process(folder: str, seed: int, start: Any, results: Any) -> None:
+    """A rank: seeded apart from the other, it builds the dataset when both are ready."""
+    random.seed(seed)
+    tokenizer = transformers.BertTokenizer(str(Path(folder) / "vocab.txt"))
+    start.wait(timeout=120)
+    dataset = td.TextDatasetForNextSentencePrediction(tokenizer, str(Path(folder) / "corpus.txt"), block_size=12)
+    results.put([[e["input_ids"].tolist(), e["next_sentence_label"].tolist()] for e in dataset.examples])
+
+
+def _runs(document: list[list[int]], tokens: list[int], whole_end: bool = True) -> bool:
+    """Whether ``tokens`` are sentences of ``document`` in a row (the last one cut short unless ``whole_end``)."""
+    for start in range(len(document)):
+        joined: list[int] = []
+        for sentence in document[start:]:
+            joined += sentence
+            if joined == tokens or (not whole_end and joined[:len(tokens)] == tokens):
+                return True
+            if len(joined) >= len(tokens):
+                break
+    return False
+
+
+def _within(tokens: list[int], part: list[int]) -> bool:
+    return any(tokens[i:i + len(part)] == part for i in range(len(tokens) - len(part) + 1))
+
+
+def test_sentence_order_pairs_are_4xs_draws(tmp_path: Path) -> None:
+    tokenizer = _bert(tmp_path)
+    folder = tmp_path / "wiki"
+    folder.mkdir()
+    for n, docs in enumerate((SENTENCES[:2], SENTENCES[2:])):  # WikiExtractor's files: a title line, then sentences
+        (folder / f"wiki_{n}").write_text("".join(
+            f'<doc id="{n}{d}" url="?curid={d}" title="T{d}">\nT{d}\n' + "\n".join(doc) + "\n\n</doc>\n"
+            for d, doc in enumerate(docs)), encoding="utf-8")
+    ids = [[tokenizer.convert_tokens_to_ids(tokenizer.tokenize(s)) for s in doc] for doc in SENTENCES]
+    joined = [t for doc in ids for sentence in doc for t in sentence]
+    orders = set()
+    for seed in range(6):
+        random.seed(seed)
+        dataset = td.LineByLineWithSOPTextDataset(tokenizer, str(folder), block_size=14)
+        after = random.getstate()
+        for example in dataset.examples:
+            first, second = _pair(tokenizer, example)
+            assert len(example["input_ids"]) <= 14
+            in_order = int(example["sentence_order_label"]) == 0
+            orders.add(in_order)
+            a, b = (first, second) if in_order else (second, first)
+            # truncation takes tokens from either end of the longer: A still runs into B, or (4.x's way
+            # with a lone sentence) both are parts of that one sentence
+            assert _within(joined, a + b) or any(_within(s, a) and _within(s, b) for doc in ids for s in doc)
+        if HAS_STOCK:
+            stock = importlib.import_module("transformers.data.datasets.language_modeling")
+            random.seed(seed)
+            theirs = stock.LineByLineWithSOPTextDataset(tokenizer, str(folder), block_size=14)
+            assert _tensors_equal(dataset.examples, theirs.examples) and random.getstate() == after
+    assert orders == {True, False}
+    (folder / "sub").mkdir()
+    with pytest.raises(ValueError, match=r"sub is not a file"):
+        td.LineByLineWithSOPTextDataset(tokenizer, str(folder), block_size=14)
+    with pytest.raises(ValueError, match=r"wiki_0 is not a directory"):
+        td.LineByLineWithSOPTextDataset(tokenizer, str(folder / "wiki_0"), block_size=14)
