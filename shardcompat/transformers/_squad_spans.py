@@ -204,8 +204,12 @@ def squad_convert_examples_to_features(examples: list[Any], tokenizer: Any, max_
             feature.example_index, feature.unique_id = example_index, unique_id
             features.append(feature)
             unique_id += 1
-    if return_dataset != "pt":
-        return features
+    return features if return_dataset != "pt" else (features, features_dataset(features, is_training))
+
+
+def features_dataset(features: list[Any], is_training: bool) -> torch.utils.data.TensorDataset:
+    """The features' tensors, in the order 4.x's scripts unpacked them: inputs, then the answer
+    positions (training) or each feature's index (evaluation), ``cls_index`` and ``p_mask``."""
 
     def column(name: str, dtype: torch.dtype) -> torch.Tensor:
         return torch.tensor([getattr(f, name) for f in features], dtype=dtype)
@@ -214,10 +218,8 @@ def squad_convert_examples_to_features(examples: list[Any], tokenizer: Any, max_
               column("token_type_ids", torch.long)]
     cls_index, p_mask = column("cls_index", torch.long), column("p_mask", torch.float)
     if not is_training:
-        dataset = torch.utils.data.TensorDataset(*inputs, torch.arange(len(features), dtype=torch.long), cls_index,
-                                                 p_mask)
-    else:
-        dataset = torch.utils.data.TensorDataset(*inputs, column("start_position", torch.long),
-                                                 column("end_position", torch.long), cls_index, p_mask,
-                                                 column("is_impossible", torch.float))
-    return features, dataset
+        return torch.utils.data.TensorDataset(*inputs, torch.arange(len(features), dtype=torch.long), cls_index,
+                                              p_mask)
+    return torch.utils.data.TensorDataset(*inputs, column("start_position", torch.long),
+                                          column("end_position", torch.long), cls_index, p_mask,
+                                          column("is_impossible", torch.float))

@@ -600,10 +600,14 @@ GLUE_HOMES: dict[str, tuple[str, ...]] = {
 }
 _SQUAD_CORE = ("SquadExample", "SquadFeatures", "SquadV1Processor", "SquadV2Processor",
                "squad_convert_examples_to_features")
+_SQUAD_DATASET = ("SquadDataTrainingArguments", "SquadDataset")
 SQUAD_HOMES: dict[str, tuple[str, ...]] = {
-    "transformers": _SQUAD_CORE,
+    "transformers": (*_SQUAD_CORE, *_SQUAD_DATASET),
     "transformers.data": _SQUAD_CORE,
     "transformers.data.processors": _SQUAD_CORE,
+    "transformers.data.datasets": _SQUAD_DATASET,
+    "transformers.data.datasets.squad": (*_SQUAD_DATASET, "Split", "SquadFeatures", "SquadV1Processor",
+                                         "SquadV2Processor", "squad_convert_examples_to_features"),
     "transformers.data.processors.squad": (
         *_SQUAD_CORE, "SquadProcessor", "SquadResult", "DataProcessor", "MULTI_SEP_TOKENS_TOKENIZERS_SET",
         "squad_convert_example_to_features", "squad_convert_example_to_features_init"),
@@ -642,7 +646,8 @@ KEPT: dict[str, tuple[dict[str, tuple[str, ...]], str]] = {
         "load_dataset('xnli', LANGUAGE) is today's way")),
     "shardcompat.transformers.squad": (SQUAD_HOMES, (
         "Transformers has no successor, so shardcompat keeps 4.30's reading of SQuAD's JSON files, its document spans "
-        "(as 4.x's slow tokenizers cut them), answer decoding and official scores; load_dataset('squad'), the "
+        "(as 4.x's slow tokenizers cut them), SquadDataset (its cache is JSON; 4.x's torch.save cache is never "
+        "loaded), answer decoding and official scores; load_dataset('squad'), the "
         "features and post-processing of today's run_qa.py and evaluate.load('squad') are today's way")),
 }
 SERVED_NAMES += tuple(
@@ -679,8 +684,7 @@ EXAMPLES: tuple[Removed, ...] = (
              "preprocessing", "SQuAD's feature helpers and SingleSentenceClassificationProcessor left with 5.0",
              removed="5.0"),
     _refused("transformers.data.datasets.*", "the datasets library (load_dataset) and the tokenizer, as today's "
-             "example scripts read their data", "the SQuAD, sentence-order and next-sentence datasets of "
-             "transformers.data left with 5.0", removed="5.0"),
+             "example scripts read their data", "transformers.data's datasets left with 5.0", removed="5.0"),
     _refused("transformers.modeling_flax_utils.*", "the PyTorch classes", _NO_TF, removed="5.0"),
     _refused("transformers.models.*.modeling_flax_*.*", "the PyTorch classes", _NO_TF, removed="5.0"),
     _refused("transformers.models.*.modeling_*.load_tf_weights_in_*", "convert the TensorFlow checkpoint with "
@@ -971,13 +975,13 @@ COVERAGE: dict[str, Any] = {
         "Seq2SeqTrainer": (20, 9, 11, 0),
         "Trainer": (20, 9, 11, 0),
         "TrainingArguments": (63, 61, 2, 0),
-        "transformers": (1336, 120, 1216, 0),
+        "transformers": (1336, 122, 1214, 0),
         "transformers.data": (20, 18, 2, 0),
         "transformers.data.data_collator": (6, 3, 3, 0),
-        "transformers.data.datasets": (9, 7, 2, 0),
+        "transformers.data.datasets": (9, 9, 0, 0),
         "transformers.data.datasets.glue": (10, 7, 3, 0),
         "transformers.data.datasets.language_modeling": (9, 5, 4, 0),
-        "transformers.data.datasets.squad": (13, 0, 13, 0),
+        "transformers.data.datasets.squad": (13, 7, 6, 0),
         "transformers.data.metrics": (8, 5, 3, 0),
         "transformers.data.metrics.squad_metrics": (19, 16, 3, 0),
         "transformers.data.processors": (16, 15, 1, 0),

@@ -17,11 +17,17 @@ New code reads SQuAD with ``datasets.load_dataset("squad")``, builds features as
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import json
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import torch
+import torch.utils.data
+
+from . import _json_cache
 from ._data_processors import DataProcessor, tensor_value
 from ._squad_answers import (
     compute_predictions_log_probs,
@@ -45,12 +51,13 @@ from ._squad_scores import (
 )
 from ._squad_spans import (
     MULTI_SEP_TOKENS_TOKENIZERS_SET,
+    features_dataset,
     squad_convert_example_to_features,
     squad_convert_example_to_features_init,
     squad_convert_examples_to_features,
 )
 
-__all__ = ["MULTI_SEP_TOKENS_TOKENIZERS_SET", "SquadExample", "SquadFeatures", "SquadProcessor", "SquadResult",
+__all__ = ["MULTI_SEP_TOKENS_TOKENIZERS_SET", "Split", "SquadDataTrainingArguments", "SquadDataset", "SquadExample", "SquadFeatures", "SquadProcessor", "SquadResult",
            "SquadV1Processor", "SquadV2Processor", "apply_no_ans_threshold", "compute_exact", "compute_f1",
            "compute_predictions_log_probs", "compute_predictions_logits", "find_all_best_thresh",
            "find_all_best_thresh_v2", "find_best_thresh", "find_best_thresh_v2", "get_final_text", "get_raw_scores",
@@ -174,3 +181,119 @@ class SquadV1Processor(SquadProcessor):
 class SquadV2Processor(SquadProcessor):
     train_file = "train-v2.0.json"
     dev_file = "dev-v2.0.json"
+
+
+# ---------------------------------------------------------------------- SquadDataset
+def _help(text: str, default: Any) -> Any:
+    return dataclasses.field(default=default, metadata={"help": text})
+
+
+@dataclasses.dataclass
+class SquadDataTrainingArguments:
+    """The data arguments of 4.x's SQuAD scripts (``HfArgumentParser`` makes flags of them)."""
+
+    model_type: str = _help("The model's type (bert, xlnet, ...): which inputs SquadDataset gives it", None)
+    data_dir: str = _help("The input data dir. Should contain the .json files for the SQuAD task.", None)
+    max_seq_length: int = _help("The maximum total input sequence length after tokenization. Sequences longer than "
+                                "this will be truncated, sequences shorter will be padded.", 128)
+    doc_stride: int = _help("When splitting up a long document into chunks, how much stride to take between "
+                            "chunks.", 128)
+    max_query_length: int = _help("The maximum number of tokens for the question. Questions longer than this will "
+                                  "be truncated to this length.", 64)
+    max_answer_length: int = _help("The maximum length of an answer that can be generated. This is needed because "
+                                   "the start and end predictions are not conditioned on one another.", 30)
+    overwrite_cache: bool = _help("Overwrite the cached training and evaluation sets", False)
+    version_2_with_negative: bool = _help("If true, the SQuAD examples contain some that do not have an answer.",
+                                          False)
+    null_score_diff_threshold: float = _help("If null_score - best_non_null is greater than the threshold predict "
+                                             "null.", 0.0)
+    n_best_size: int = _help("How many of the best answers the n-best file lists.", 20)
+    lang_id: int = _help("language id of input for language-specific xlm models", 0)
+    threads: int = _help("multiple threads for converting example to features", 1)
+
+
+class Split(enum.Enum):
+    train = "train"
+    dev = "dev"
+
+
+def _as_row(feature: SquadFeatures) -> dict[str, Any]:
+    row = {k: v for k, v in vars(feature).items() if k != "encoding"}  # None from 4.x's slow spans
+    for name in ("token_is_max_context", "token_to_orig_map"):  # int keys: pairs, as JSON keys are strings
+        row[name] = list(row[name].items())
+    return row
+
+
+def _from_row(row: dict[str, Any]) -> SquadFeatures:
+    return SquadFeatures(**{**row, "token_is_max_context": dict(row["token_is_max_context"]),
+                            "token_to_orig_map": dict(row["token_to_orig_map"])})
+
+
+def _feature_rows(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(row, dict) for row in value)
+
+
+class SquadDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """A SQuAD split's features as the model's inputs (those its ``model_type`` takes, and the
+    answer positions when training), built from the version's JSON file in ``args.data_dir``.
+    ``examples``, ``features`` and ``dataset`` are there for the answers' decoding, as in 4.x.
+    The features are cached as JSON under a lock (4.x saved them with ``torch.save``, a pickle
+    this never loads), keyed by the tokenizer, the settings and the data file."""
+
+    def __init__(self, args: SquadDataTrainingArguments, tokenizer: Any, limit_length: int | None = None,
+                 mode: str | Split = Split.train, is_language_sensitive: bool | None = False,
+                 cache_dir: str | None = None, dataset_format: str | None = "pt") -> None:
+        self.args = args
+        self.is_language_sensitive = is_language_sensitive
+        self.processor = SquadV2Processor() if args.version_2_with_negative else SquadV1Processor()
+        if isinstance(mode, str):
+            try:
+                mode = Split[mode]
+            except KeyError:
+                raise KeyError(f"mode {mode!r} is not a split name: one of {', '.join(Split.__members__)}") from None
+        self.mode = mode
+        training = mode == Split.train
+        version = "v2" if args.version_2_with_negative else "v1"
+        name = f"cached_{mode.value}_{type(tokenizer).__name__}_{args.max_seq_length}_{version}.shardcompat.json"
+        cache = os.path.join(cache_dir if cache_dir is not None else args.data_dir, name)
+        data_file = os.path.join(args.data_dir, self.processor.train_file if training else self.processor.dev_file)
+        key = _json_cache.key(tokenizer, data_file, max_seq_length=args.max_seq_length, doc_stride=args.doc_stride,
+                              max_query_length=args.max_query_length, split=mode.value, version=version)
+        read = self.processor.get_train_examples if training else self.processor.get_dev_examples
+        self.examples = read(args.data_dir)  # cheap to read again; the cache keeps what is dear
+
+        def build() -> list[dict[str, Any]]:
+            features = squad_convert_examples_to_features(
+                examples=self.examples, tokenizer=tokenizer, max_seq_length=args.max_seq_length,
+                doc_stride=args.doc_stride, max_query_length=args.max_query_length, is_training=training,
+                threads=args.threads)
+            return [_as_row(f) for f in features]
+
+        self.features: list[SquadFeatures] = [
+            _from_row(row) for row in _json_cache.once(cache, key, build, _feature_rows, args.overwrite_cache)]
+        if dataset_format not in (None, "pt"):
+            raise ValueError(f"dataset_format={dataset_format!r}: Transformers 5.x is PyTorch only; use 'pt'")
+        self.dataset = features_dataset(self.features, training)
+
+    def __len__(self) -> int:
+        return len(self.features)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        """The model's inputs for feature ``i``: no token types for the models without them, XLNet's
+        and XLM's ``cls_index``, ``p_mask`` (and ``is_impossible``, ``langs``), the answer when training."""
+        feature = self.features[i]
+        inputs = {"input_ids": torch.tensor(feature.input_ids, dtype=torch.long),
+                  "attention_mask": torch.tensor(feature.attention_mask, dtype=torch.long)}
+        if self.args.model_type not in ("xlm", "roberta", "distilbert", "camembert"):
+            inputs["token_type_ids"] = torch.tensor(feature.token_type_ids, dtype=torch.long)
+        if self.args.model_type in ("xlnet", "xlm"):
+            inputs["cls_index"] = torch.tensor(feature.cls_index, dtype=torch.long)
+            inputs["p_mask"] = torch.tensor(feature.p_mask, dtype=torch.float)
+            if self.args.version_2_with_negative:
+                inputs["is_impossible"] = torch.tensor(feature.is_impossible, dtype=torch.float)
+            if self.is_language_sensitive:
+                inputs["langs"] = torch.ones(len(feature.input_ids), dtype=torch.int64) * self.args.lang_id
+        if self.mode == Split.train:
+            inputs["start_positions"] = torch.tensor(feature.start_position, dtype=torch.long)
+            inputs["end_positions"] = torch.tensor(feature.end_position, dtype=torch.long)
+        return inputs

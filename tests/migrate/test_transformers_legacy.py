@@ -258,7 +258,8 @@ def test_glue_and_squad_imports_move_to_shardcompats_and_the_rest_is_reported() 
             "from transformers.data.processors.glue import MrpcProcessor as Mrpc\n"
             "import transformers.data.processors.squad as s\n"
             "from transformers.data.processors.squad import SquadResult, squad_convert_examples_to_features\n"
-            "from transformers.data.datasets.squad import SquadDataset\n")
+            "from transformers.data.datasets.squad import SquadDataset\n"
+            "from transformers.data.datasets.squad import MODEL_TYPES\n")
     new, result = _migrate(code)
     assert new.splitlines() == ["from transformers import AutoTokenizer",
                                 "from shardcompat.transformers.glue import GlueDataset",
@@ -266,10 +267,11 @@ def test_glue_and_squad_imports_move_to_shardcompats_and_the_rest_is_reported() 
                                 "import transformers.data.processors.squad as s",  # reported, left
                                 "from shardcompat.transformers.squad import SquadResult, "
                                 "squad_convert_examples_to_features",
-                                "from transformers.data.datasets.squad import SquadDataset"]  # refused, left
+                                "from shardcompat.transformers.squad import SquadDataset",
+                                "from transformers.data.datasets.squad import MODEL_TYPES"]  # refused, left
     found = {w.message.split(":")[0]: w.hint for w in result.warnings if w.rule == UNMIGRATED}
     assert "shardcompat.transformers.squad" in found["import transformers.data.processors.squad"]
-    assert "the datasets library" in found["transformers.data.datasets.squad.SquadDataset"]
+    assert "the datasets library" in found["transformers.data.datasets.squad.MODEL_TYPES"]
 
 
 def test_a_mapped_function_loses_the_4x_arguments_todays_does_not_take() -> None:

@@ -64,8 +64,8 @@ def test_a_module_the_release_still_has_keeps_its_own_missing_names() -> None:
         squad = importlib.import_module("transformers.data.datasets.squad")
         served = getattr(squad, "__file__", None) is None
         if served:
-            with pytest.raises(ImportError, match=r"SquadDataset is Transformers 4\.x API"):
-                squad.SquadDataset  # noqa: B018
+            with pytest.raises(ImportError, match=r"MODEL_TYPES is Transformers 4\.x API"):
+                squad.MODEL_TYPES  # noqa: B018
         else:
             assert squad.SquadDataset.__module__ == "transformers.data.datasets.squad"
             assert not hasattr(squad, "never_a_name")

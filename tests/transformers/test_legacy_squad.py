@@ -15,7 +15,11 @@ from typing import Any
 
 import pytest
 
+from ._untrusted import plant
+
 transformers = pytest.importorskip("transformers", reason="needs transformers (pip install 'shardcompat[transformers]')")
+
+import torch  # noqa: E402
 
 from shardcompat.transformers import squad  # noqa: E402
 
@@ -296,3 +300,71 @@ def test_xlnets_beam_answers_are_decoded_as_4x_decoded_them(tmp_path: Path, monk
             theirs = STOCK_METRICS.compute_predictions_log_probs(examples, features, results, 5, 10, *map(str, files),
                                                                  top_start, top_end, v2, tokenizer, False)
             assert (dict(theirs), *(json.loads(f.read_text()) if f.exists() else None for f in files)) == outputs[v2]
+
+
+# ---------------------------------------------------------------------- SquadDataset
+def _squad_args(data_dir: Path, **settings: Any) -> Any:
+    return squad.SquadDataTrainingArguments(data_dir=str(data_dir), max_seq_length=24, doc_stride=8,
+                                            max_query_length=6, **settings)
+
+
+@pytest.mark.parametrize("mode", ["train", "dev"])
+def test_squad_dataset_gives_each_model_its_inputs_and_never_loads_4xs_cache(
+        tmp_path: Path, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    tokenizer = _bert(tmp_path)
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ("train-v2.0.json", "dev-v2.0.json"):
+        (data / name).write_text(json.dumps({"data": [{"title": "Pets", "paragraphs": [
+            {"context": LONG, "qas": LONG_QAS}]}]}), encoding="utf-8")
+    stale = data / f"cached_{mode}_BertTokenizer_24_v2"  # 4.x's torch.save cache: a pickle
+    planted = plant(stale, tmp_path / "marker")
+    training = mode == "train"
+    examples = _long_examples(data, squad.SquadV2Processor(), training)  # what the dataset must have built
+    (data / "long.json").unlink()
+    expected = squad.squad_convert_examples_to_features(examples, tokenizer, is_training=training, tqdm_enabled=False,
+                                                        **SETTINGS)
+    datasets = {}
+    for model_type in ("bert", "roberta", "xlnet"):
+        args = _squad_args(data, model_type=model_type, version_2_with_negative=True)
+        datasets[model_type] = squad.SquadDataset(args, tokenizer, mode=mode, is_language_sensitive=True)
+    dataset = datasets["bert"]
+    assert [_fields(f) for f in dataset.features] == [_fields(f) for f in expected]
+    assert [e.qas_id for e in dataset.examples] == ["l1", "l2", "l3", "l4"] and len(dataset) == len(expected)
+    assert all(torch.equal(a, b) for a, b in zip(dataset.dataset.tensors,
+                                                 squad.features_dataset(expected, training).tensors))
+    answer = {"start_positions", "end_positions"} if training else set()
+    assert set(dataset[0]) == {"input_ids", "attention_mask", "token_type_ids", *answer}
+    assert set(datasets["roberta"][0]) == {"input_ids", "attention_mask", *answer}
+    xlnet = datasets["xlnet"][1]
+    assert set(xlnet) == {"input_ids", "attention_mask", "token_type_ids", "cls_index", "p_mask", "is_impossible",
+                          "langs", *answer}
+    assert xlnet["p_mask"].dtype == torch.float and xlnet["langs"].tolist() == [0] * 24
+    if training:
+        assert dataset[1]["start_positions"].item() == expected[1].start_position
+    assert not (tmp_path / "marker").exists() and stale.read_bytes() == planted  # never loaded, left alone
+    cache = data / (stale.name + ".shardcompat.json")
+    cached = json.loads(cache.read_text())
+    cached["value"][0]["input_ids"][1] = 0  # a cache built for these inputs is what the next one reads
+    cache.write_text(json.dumps(cached))
+    assert squad.SquadDataset(_squad_args(data, version_2_with_negative=True), tokenizer, mode=mode)[0][
+        "input_ids"][1].item() == 0
+    rebuilt = squad.SquadDataset(_squad_args(data, version_2_with_negative=True, overwrite_cache=True), tokenizer,
+                                 mode=mode)
+    assert [_fields(f) for f in rebuilt.features] == [_fields(f) for f in expected]
+    with pytest.raises(KeyError, match="'test' is not a split name: one of train, dev"):
+        squad.SquadDataset(_squad_args(data), tokenizer, mode="test")
+    if HAS_STOCK:
+        stock = importlib.import_module("transformers.data.datasets.squad")
+        monkeypatch.setattr(STOCK, "np", _NumPy1Where())  # see test_the_document_is_cut_into_4xs_spans
+        for model_type, ours in datasets.items():
+            args = stock.SquadDataTrainingArguments(data_dir=str(data), max_seq_length=24, doc_stride=8,
+                                                    max_query_length=6, model_type=model_type,
+                                                    version_2_with_negative=True, overwrite_cache=True)
+            theirs = stock.SquadDataset(args, tokenizer, mode=mode, is_language_sensitive=True,
+                                        cache_dir=str(tmp_path))
+            assert [_fields(f) for f in ours.features] == [_fields(f) for f in theirs.features]
+            for i in range(len(theirs)):
+                assert ours[i].keys() == theirs[i].keys()
+                assert all(torch.equal(ours[i][k], theirs[i][k]) and ours[i][k].dtype == theirs[i][k].dtype
+                           for k in ours[i])
