@@ -30,15 +30,20 @@ from typing import Any, ClassVar
 import torch.utils.data
 
 from . import _json_cache
-from ._data_processors import DataProcessor, InputExample, InputFeatures, tensor_value
+from ._data_processors import (
+    DataProcessor,
+    InputExample,
+    InputFeatures,
+    SingleSentenceClassificationProcessor,
+    tensor_value,
+)
 from ._metrics import acc_and_f1, glue_compute_metrics, pearson_and_spearman, simple_accuracy
 
 __all__ = ["ColaProcessor", "DataProcessor", "GlueDataTrainingArguments", "GlueDataset", "InputExample",
-           "InputFeatures", "MnliMismatchedProcessor", "MnliProcessor", "MrpcProcessor", "OutputMode",
-           "QnliProcessor", "QqpProcessor", "RteProcessor", "Split", "Sst2Processor", "StsbProcessor",
-           "WnliProcessor", "acc_and_f1", "glue_compute_metrics", "glue_convert_examples_to_features",
-           "glue_output_modes", "glue_processors", "glue_tasks_num_labels", "pearson_and_spearman",
-           "simple_accuracy"]
+           "InputFeatures", "MnliMismatchedProcessor", "MnliProcessor", "MrpcProcessor", "OutputMode", "QnliProcessor",
+           "QqpProcessor", "RteProcessor", "SingleSentenceClassificationProcessor", "Split", "Sst2Processor",
+           "StsbProcessor", "WnliProcessor", "acc_and_f1", "glue_compute_metrics", "glue_convert_examples_to_features",
+           "glue_output_modes", "glue_processors", "glue_tasks_num_labels", "pearson_and_spearman", "simple_accuracy"]
 
 
 class _GlueProcessor(DataProcessor):

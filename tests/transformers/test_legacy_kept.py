@@ -34,7 +34,7 @@ def test_every_4x_home_of_a_kept_name_is_the_kept_modules_object(kept: str) -> N
 
 @pytest.mark.parametrize(("module", "name", "replacement"), [
     ("transformers.data.datasets.squad", "MODEL_TYPES", "the datasets library"),
-    ("transformers.data.processors.utils", "SingleSentenceClassificationProcessor", "the datasets library"),
+    ("transformers.data.datasets.language_modeling", "DEPRECATION_WARNING", "the datasets library"),
 ])
 def test_what_is_not_served_is_refused_with_its_replacement(module: str, name: str, replacement: str) -> None:
     with sct.dropins():
