@@ -731,12 +731,14 @@ LM_HEAD_MODELS: dict[str, str] = {
 _GEN = "call model.generate(...) with the matching GenerationConfig (num_beams=, do_sample=, ...)"
 _MASKS = "transformers.masking_utils (create_causal_mask and friends) or the model's own forward"
 
+_SOP_WHY = ("4.30 already deprecated it, and its __init__ kept no tokenizer, so it could not collate there; "
+            "DataCollatorForLanguageModeling masks, and sentence_order_label stacks as any label")
 REFUSED_NAMES: tuple[Removed, ...] = (
     # module names with no honest mapping
     _refused("transformers.data.data_collator.DataCollatorForSOP", "DataCollatorForLanguageModeling",
-             "4.30 already deprecated it; the sentence-order labels need the script's own collator"),
+             _SOP_WHY),
     *(_refused(f"transformers.{m}DataCollatorForSOP", "DataCollatorForLanguageModeling",
-               "4.30 already deprecated it; the sentence-order labels need the script's own collator")
+               _SOP_WHY)
       for m in ("", "data.")),
     _refused("transformers.data.data_collator.tf_default_data_collator", "default_data_collator", _NO_TF),
     _refused("transformers.data.data_collator.tolist", "x.tolist()", "a private helper of the 4.30 collators"),
