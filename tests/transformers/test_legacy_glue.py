@@ -285,7 +285,7 @@ def test_the_single_sentence_processor_reads_lists_and_files_into_padded_feature
     assert longest == 8 and all(len(f.input_ids) == len(f.attention_mask) == 6 for f in features)  # cut at 6
     short = processor.create_from_examples([("it is", "neg"), ("the cat is big", "pos")]).get_features(
         tokenizer, pad_on_left=True)
-    assert short[0].input_ids == [0, 0] + tokenizer.encode("it is") and short[0].attention_mask == [0, 0, 1, 1, 1, 1]
+    assert short[0].input_ids == [0, 0, *tokenizer.encode("it is")] and short[0].attention_mask == [0, 0, 1, 1, 1, 1]
     assert [f.label for f in short] == [0, 1]
     tensors = from_file.get_features(tokenizer, max_length=6, return_tensors="pt").tensors
     assert [t.shape for t in tensors] == [(6, 6), (6, 6), (6,)] and tensors[2].tolist() == [0, 1, 0, 0, 1, 0]
