@@ -1,17 +1,22 @@
 """Transformers 4.x's language-modelling datasets (``TextDataset``, ``LineByLineTextDataset``,
-``LineByLineWithRefDataset``), which Transformers 5.0 removed without a successor: written here
-from what 4.30 did (nothing is copied from Transformers).  ``shardcompat run`` serves them at
-their 4.x import paths and ``shardcompat-migrate --transformers-legacy`` imports them from here,
-so the ``run_language_modeling.py`` of the 3.x-4.x examples and its copies keep their data::
+``LineByLineWithRefDataset``, and BERT's and ALBERT's sentence pairs
+``TextDatasetForNextSentencePrediction`` and ``LineByLineWithSOPTextDataset``), which
+Transformers 5.0 removed without a successor: written here from what 4.30 did (nothing is copied
+from Transformers).  ``shardcompat run`` serves them at their 4.x import paths and
+``shardcompat-migrate --transformers-legacy`` imports them from here, so the
+``run_language_modeling.py`` of the 3.x-4.x examples and the pretraining scripts that copied it
+keep their data::
 
     from shardcompat.transformers.text_datasets import LineByLineTextDataset, TextDataset
 
 ``TextDataset`` cuts the whole file's tokens into blocks, each with the model's special tokens;
 ``LineByLineTextDataset`` encodes each non-empty line; ``LineByLineWithRefDataset`` adds each
-line's ``chinese_ref`` (whole-word pieces) from a JSON-lines file.  ``TextDataset`` caches its
-blocks as JSON, keyed by the tokenizer and the file, beside 4.x's cache and never in place of
-it: 4.x pickled them, and a pickle from elsewhere is code, so it is never read.  New code reads
-text with ``datasets.load_dataset("text", ...)`` and groups it as today's ``run_clm.py`` does.
+line's ``chinese_ref`` (whole-word pieces) from a JSON-lines file.  The pair datasets draw from
+Python's ``random`` exactly as 4.x did, so a seeded run gets 4.x's pairs.  ``TextDataset`` and
+the next-sentence pairs are cached as JSON, keyed by the tokenizer, the settings and the file,
+beside 4.x's cache and never in place of it: 4.x pickled them, and a pickle from elsewhere is
+code, so it is never read.  New code reads text with ``datasets.load_dataset("text", ...)`` and
+groups it as today's ``run_clm.py`` / ``run_mlm.py`` do.
 """
 
 from __future__ import annotations
