@@ -57,6 +57,10 @@ def _locked(path: str) -> Iterator[None]:
     """Holds the lock beside ``path`` (4.x's ``FileLock``); without one where the folder is read-only."""
     import filelock
 
+    folder = os.path.dirname(path) or "."
+    if os.path.isdir(folder) and not os.access(folder, os.W_OK):  # no lock file, as no cache, can go there
+        yield
+        return
     lock = filelock.FileLock(path + ".lock")
     try:
         lock.acquire()
