@@ -3,12 +3,12 @@
 The installed classes, plus one field: ``sharded_ddp`` accepts every spelling users have (the
 bare flag, ``True``/``False``, ``simple``, ``"zero_dp_3 offload"``, the unquoted
 ``zero_dp_3 offload``, the ``--fsdp`` words and ``key=value`` settings), parsed by
-:func:`~shardcompat.options.parse_options`.  After ``__init__`` it holds:
-
-- on releases without the field (4.35 and later): the :class:`~shardcompat.options.ShardingOptions`;
-- on releases that still have it: the release's own value, a list of its ``ShardedDDPOption``
-  (a :class:`ShardedDDPList`, which also carries ``.options``), so code written for that
-  release reads it as before.
+:func:`~shardcompat.options.parse_options`.  After ``__init__`` it holds what 4.30 held on every
+release: a list of ``ShardedDDPOption`` (``[]`` when off; the release's own enum where it has
+one, else :mod:`._sharded_ddp_option`'s, which the legacy layer serves at the same import paths),
+a :class:`ShardedDDPList` that also carries the full options as ``.options``.  Where the
+release's own FSDP is off, ``fsdp`` and ``fsdp_config`` read as 4.30 left them too (``[]`` and
+its dict; with ``--fsdp`` the release keeps its own values, which its FSDP reads).
 
 :func:`sharding_options` reads the options from either.  The base class's ``__post_init__``
 never sees the field: its checks would refuse what shardcompat's Trainer serves (``--bf16``),
@@ -29,6 +29,7 @@ from ..options import ShardingOptions, parse_options
 from ._api import has_field, load
 from ._group import launched_world_size, train_on_cpu_under_a_launcher
 from ._legacy import legacy_field_names, legacy_fields, serve_fields, sync_fields
+from ._sharded_ddp_option import args_value, fsdp_config_value
 
 __all__ = [
     "HfArgumentParser",
@@ -53,21 +54,24 @@ class ShardedDDPArgumentError(ValueError):
 
 
 class ShardedDDPList(list):  # type: ignore[type-arg]
-    """A release's own ``sharded_ddp`` value (its ``ShardedDDPOption`` members), with ``.options``.
+    """``args.sharded_ddp`` as 4.30 held it (``ShardedDDPOption`` members), with ``.options``.
 
-    Words that release did not have (``zero_dp_1``, ``hybrid``, ``key=value`` settings) are
-    only in ``.options``.
+    Words 4.30 did not have (``zero_dp_1``, ``hybrid``, ``key=value`` settings) are only in
+    ``.options``; ``zero_dp_1`` reads as ``simple``, which sharded at least as much.
     """
 
     options: ShardingOptions
 
 
 def _release_value(options: ShardingOptions) -> ShardedDDPList:
-    enum = getattr(load("transformers.trainer_utils"), "ShardedDDPOption", None)
-    known = {member.value: member for member in enum} if enum is not None else {}
-    value = ShardedDDPList(known[word] for word in str(options).split() if word in known)
+    enum = getattr(load("transformers.trainer_utils"), "ShardedDDPOption", None) if RELEASE_HAS_FIELD else None
+    value = ShardedDDPList(enum(m.value) if enum is not None else m for m in args_value(options))
     value.options = options
     return value
+
+
+def _release_fsdp_off(args: Any) -> bool:
+    return not RELEASE_HAS_FIELD and not args.fsdp
 
 
 def _refuse_other_sharding(args: Any, options: ShardingOptions) -> None:
@@ -99,7 +103,9 @@ class TrainingArguments(_LegacyFields, _hf.TrainingArguments):  # type: ignore[m
 
     def __post_init__(self) -> None:
         # stacklevel 4: parse_options <- here <- the dataclass __init__ <- the caller's line.
-        options = parse_options(self.sharded_ddp, stacklevel=4)
+        # dataclasses.replace and copies hand the parsed list back: its .options are the whole value.
+        given = self.sharded_ddp
+        options = given.options if isinstance(given, ShardedDDPList) else parse_options(given, stacklevel=4)
         if options:
             _refuse_other_sharding(self, options)  # before the base class exports its settings
         self.sharded_ddp = ""  # the base class must see no sharding (see the module docstring)
@@ -107,8 +113,12 @@ class TrainingArguments(_LegacyFields, _hf.TrainingArguments):  # type: ignore[m
         train_on_cpu_under_a_launcher(self, {f.name for f in dataclasses.fields(self)})  # type: ignore[arg-type]
         super().__post_init__()  # type: ignore[misc]
         sync_fields(self)
-        # Declared str for HfArgumentParser; holds the parsed value from here on.
-        self.sharded_ddp = _release_value(options) if RELEASE_HAS_FIELD else options  # type: ignore[assignment]
+        # Declared str for HfArgumentParser; holds 4.30's list from here on (see the module docstring).
+        self.sharded_ddp = _release_value(options)  # type: ignore[assignment]
+        if _release_fsdp_off(self):  # 4.30's values beside it (4.3x releases set their own)
+            config: Any = getattr(self, "fsdp_config", None)
+            self.fsdp: Any = []
+            self.fsdp_config = fsdp_config_value(config)
         if getattr(self, "local_rank", 0) == -1 and launched_world_size() > 1:
             # Releases after 4.x leave local_rank at -1 under torchrun; legacy scripts read it
             # ("distributed training: local_rank != -1", main-process checks).

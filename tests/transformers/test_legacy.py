@@ -21,6 +21,7 @@ transformers = pytest.importorskip("transformers", reason="needs transformers (p
 
 import shardcompat.transformers as sct  # noqa: E402
 from shardcompat.transformers import _legacy  # noqa: E402
+from shardcompat.transformers._arguments import RELEASE_HAS_FIELD  # noqa: E402
 from shardcompat.transformers.legacy_table import FIELDS, ROWS, Kind, Served, by_kind, row  # noqa: E402
 
 STOCK_FIELDS = {f.name for f in dataclasses.fields(transformers.TrainingArguments)}
@@ -122,9 +123,14 @@ def test_a_legacy_flag_lands_on_todays_setting_with_one_warning(argv: list[str],
 
 
 def test_fsdp_legacy_fields_go_into_fsdp_config() -> None:
+    args, _ = _parse("--fsdp_transformer_layer_cls_to_wrap", "GPT2Block", "--fsdp", "full_shard auto_wrap")
+    assert args.fsdp_config["transformer_layer_cls_to_wrap"] == ["GPT2Block"]  # the release's FSDP reads its keys
     args, _ = _parse("--fsdp_min_num_params", "100", "--fsdp_transformer_layer_cls_to_wrap", "GPT2Block")
-    assert args.fsdp_config["min_num_params"] == 100
-    assert args.fsdp_config["transformer_layer_cls_to_wrap"] == ["GPT2Block"]
+    # no FSDP: the dict reads as 4.30 left it (4.3x releases spell the keys as 4.31 renamed them)
+    prefix = "" if RELEASE_HAS_FIELD else "fsdp_"
+    assert args.fsdp == [] and args.fsdp_config == {
+        f"{prefix}min_num_params": 100, f"{prefix}transformer_layer_cls_to_wrap": ["GPT2Block"], "xla": False,
+        "xla_fsdp_grad_ckpt": False}
 
 
 def test_a_legacy_flag_warns_once_per_process() -> None:
