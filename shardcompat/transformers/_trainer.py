@@ -16,6 +16,7 @@ import functools
 import inspect
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,14 +25,14 @@ import torch.distributed as dist
 from torch import nn
 
 from ..memory import count_state
-from ..options import Precision, ShardingOptions
+from ..options import Precision, ShardingOptions, Stage
 from . import _overrides, _sharding_report
 from ._api import accepts, load
 from ._arguments import sharding_options
 from ._group import check_one_group, ensure_group
 from ._legacy import add_trainer_attributes, trainer_keywords
 from ._model import CHECKPOINT_DIR, ShardedModule, TrainerOptimizer
-from ._sharded_ddp_option import trainer_value
+from ._sharded_ddp_option import ATTRIBUTES, trainer_value
 from ._staged_save import save_staged
 from ._start_from import MODEL_PATH, message, release_requires_state, weights_folder
 
@@ -106,8 +107,10 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
             if hide is not None:
                 hide.sharded_ddp = field
         check_one_group(self.args)
-        if _LEGACY_ATTRIBUTES["sharded_ddp"]:  # a release with the field keeps its own (None: it must not shard)
-            self.sharded_ddp = trainer_value(self._sharding) if self._sharding else None  # as 4.30 set it
+        # As 4.30 set it; a release with the field reads its own None (it must not shard; see _ReleaseSeesNone).
+        self.__dict__[_SHARDED_DDP] = trainer_value(self._sharding) if self._sharding else None
+        if self._sharding.stage in (Stage.ZERO_DP_2, Stage.ZERO_DP_3):
+            self.place_model_on_device = False  # 4.30 left the placement of a sharded model to the sharding
         if self._sharding:
             self._sharding = self._with_precision(self._sharding)
             self._refuse_arguments()
@@ -420,6 +423,30 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
 
 add_trainer_attributes(Trainer)  # trainer.tokenizer where this release dropped it
 
+_SHARDED_DDP = "_shardcompat_sharded_ddp"
+
+
+class _ReleaseSeesNone:
+    """``trainer.sharded_ddp``: 4.30's member for every reader but the installed release's own code.
+
+    A release that still has the field branches on it into fairscale (OSS in ``create_optimizer``,
+    ``consolidate_state_dict`` in ``_save_checkpoint``, a delayed optimizer); shardcompat shards
+    instead, so the release's own modules read the None its ``__init__`` set, while the code of
+    the era (a subclass, a script) reads the member 4.30 set.
+    """
+
+    def __get__(self, obj: Any, owner: type) -> Any:
+        if obj is None:
+            return self
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        if caller.split(".")[0] != "transformers" and _SHARDED_DDP in obj.__dict__:
+            return obj.__dict__[_SHARDED_DDP]
+        return obj.__dict__.get("_release_sharded_ddp")
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        obj.__dict__["_release_sharded_ddp" if caller.split(".")[0] == "transformers" else _SHARDED_DDP] = value
+
 
 # ---------------------------------------------------------------------- 4.x internals
 def _amp(self: Any) -> tuple[str, Any]:
@@ -438,7 +465,10 @@ def _legacy_attribute(name: str, get: Any, doc: str) -> property:
     key = f"_shardcompat_set_{name}"
 
     def getter(self: Any) -> Any:
-        return self.__dict__[key] if key in self.__dict__ else get(self)
+        value = self.__dict__[key] if key in self.__dict__ else get(self)
+        if value is _UNSET:  # 4.30 never set it in such a run: hasattr() and getattr(..., default) say so
+            raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}' ({doc})")
+        return value
 
     def setter(self: Any, value: Any) -> None:
         self.__dict__[key] = value
@@ -446,24 +476,50 @@ def _legacy_attribute(name: str, get: Any, doc: str) -> property:
     return property(getter, setter, doc=doc)
 
 
+def _fsdp(self: Any) -> Any:
+    """4.30's ``trainer.fsdp``: None unless the release's own FSDP runs, then its ShardingStrategy."""
+    if not getattr(self, "is_fsdp_enabled", False):
+        return None
+    from torch.distributed.fsdp import ShardingStrategy
+
+    plugin = self.accelerator.state.fsdp_plugin
+    strategy = getattr(plugin, "sharding_strategy", None)
+    if isinstance(strategy, ShardingStrategy):
+        return strategy
+    # FSDP2's plugin says it with reshard_after_forward (FSDP1's strategies by name in some releases)
+    reshard = getattr(plugin, "reshard_after_forward", True)
+    if isinstance(reshard, ShardingStrategy):
+        return reshard
+    if isinstance(reshard, str):
+        return ShardingStrategy[reshard.upper()]
+    return ShardingStrategy.FULL_SHARD if reshard else ShardingStrategy.SHARD_GRAD_OP
+
+
 def _scaler(self: Any) -> Any:
+    if _amp(self) != ("cuda", torch.float16):  # 4.30 set self.scaler only where it scaled the loss
+        return _UNSET
     prepared = getattr(self, "prepared", None)
     if prepared is not None and prepared.scaler is not None:
         return prepared.scaler
     return getattr(getattr(self, "accelerator", None), "scaler", None)
 
 
-# What 4.30's Trainer.__init__ set and code of its era reads, where this release lacks it.
-_ATTRIBUTES: dict[str, tuple[Any, str]] = {
-    "sharded_ddp": (lambda self: None, "4.30's ShardedDDPOption member for the stage, or None"),
-    "use_apex": (lambda self: False, "4.30: --half_precision_backend apex; never, apex is gone"),
-    "use_cuda_amp": (lambda self: _amp(self)[0] == "cuda", "4.30: autocast on CUDA in a sharded run"),
-    "use_cpu_amp": (lambda self: _amp(self)[0] == "cpu", "4.30: bf16 autocast on CPU in a sharded run"),
-    "amp_dtype": (lambda self: _amp(self)[1], "4.30: the autocast dtype of a sharded run (None without)"),
-    "do_grad_scaling": (lambda self: _amp(self) == ("cuda", torch.float16),
-                        "4.30: fp16 on CUDA in a sharded run, whose scaler is self.scaler"),
-    "scaler": (_scaler, "the grad scaler the loss is scaled with (the backend's in a sharded run)"),
+_UNSET: Any = object()  # an attribute 4.30 left unset in this run
+
+
+# What 4.30's Trainer.__init__ set and code of its era reads, where this release lacks it (the
+# descriptions: _sharded_ddp_option.ATTRIBUTES, which lists every sharding attribute of 4.30's).
+_GETTERS: dict[str, Any] = {
+    "sharded_ddp": lambda self: None,
+    "fsdp": _fsdp,
+    "use_apex": lambda self: False,
+    "use_cuda_amp": lambda self: _amp(self)[0] == "cuda",
+    "use_cpu_amp": lambda self: _amp(self)[0] == "cpu",
+    "amp_dtype": lambda self: _UNSET if _amp(self)[1] is None else _amp(self)[1],
+    "do_grad_scaling": lambda self: _amp(self) == ("cuda", torch.float16),
+    "scaler": _scaler,
 }
+_ATTRIBUTES = {name: (get, "4.30: " + ATTRIBUTES[("Trainer", name)]) for name, get in _GETTERS.items()}
 
 
 def _release_sets(name: str) -> bool:
@@ -480,6 +536,10 @@ _TRAIN_TAKES_KEYWORDS = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(_
 for _name, (_get, _doc) in _ATTRIBUTES.items():
     if _LEGACY_ATTRIBUTES[_name] and _name != "sharded_ddp":
         setattr(Trainer, _name, _legacy_attribute(_name, _get, _doc))
+Trainer.sharded_ddp = (  # type: ignore[attr-defined]
+    _legacy_attribute("sharded_ddp", lambda self: self.__dict__.get(_SHARDED_DDP), _ATTRIBUTES["sharded_ddp"][1])
+    if _LEGACY_ATTRIBUTES["sharded_ddp"] else _ReleaseSeesNone()
+)
 
 
 def _without(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str) -> tuple[tuple[Any, ...], dict[str, Any]]:

@@ -866,9 +866,8 @@ _MODEL = "PreTrainedModel"
 MEMBERS: tuple[Removed, ...] = (
     # Trainer and Seq2SeqTrainer: the 4.x internals Trainer subclasses read
     *(_served(f"*Trainer.{n}", f"self.{n} (4.30's meaning)", _TRAINER_AMP, None, _T)
-      for n in ("sharded_ddp", "use_apex", "do_grad_scaling", "scaler", "use_cuda_amp", "use_cpu_amp", "amp_dtype")),
-    _refused("*Trainer.fsdp", "self.accelerator.state.fsdp_plugin",
-             "5.x configures FSDP through Accelerate's plugin"),
+      for n in ("sharded_ddp", "fsdp", "use_apex", "do_grad_scaling", "scaler", "use_cuda_amp", "use_cpu_amp",
+                "amp_dtype")),
     _refused("*Trainer.backward_prefetch", "self.accelerator.state.fsdp_plugin.backward_prefetch",
              "5.x configures FSDP through Accelerate's plugin"),
     _refused("*Trainer.forward_prefetch", "self.accelerator.state.fsdp_plugin.forward_prefetch",
@@ -975,8 +974,8 @@ COVERAGE: dict[str, Any] = {
     "by_where": {
         "PreTrainedModel": (35, 6, 29, 0),
         "PreTrainedTokenizerBase": (31, 20, 11, 0),
-        "Seq2SeqTrainer": (20, 9, 11, 0),
-        "Trainer": (20, 9, 11, 0),
+        "Seq2SeqTrainer": (20, 10, 10, 0),
+        "Trainer": (20, 10, 10, 0),
         "TrainingArguments": (63, 61, 2, 0),
         "transformers": (1336, 123, 1213, 0),
         "transformers.data": (20, 19, 1, 0),
