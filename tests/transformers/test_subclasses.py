@@ -26,12 +26,13 @@ import os
 import subprocess
 import sys
 import warnings
-import zipfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
+from ._source430 import source_430
 from ._stock import TORCHRUN
 
 transformers = pytest.importorskip("transformers", reason="needs transformers (pip install 'shardcompat[transformers]')")
@@ -40,8 +41,9 @@ from shardcompat.transformers import _overrides  # noqa: E402
 from shardcompat.transformers._overrides import PROTOCOL, Served  # noqa: E402
 
 SCRIPT = Path(__file__).parent / "scripts" / "run_subclass_legacy.py"
+SHARDING_4X = Path(__file__).parents[1] / "fixtures" / "transformers" / "sharding_4x.json"  # stock 4.34.1's values
 LEGACY_RELEASE = not inspect.signature(transformers.Trainer.compute_loss).parameters.get("num_items_in_batch")
-SHARDINGS = {"simple": ["simple"], "zero_dp_2": ["zero_dp_2"], "zero_dp_3-auto_wrap": ["zero_dp_3 auto_wrap"]}
+SHARDINGS = {"none": [], "simple": ["simple"], "zero_dp_2": ["zero_dp_2"], "zero_dp_3-auto_wrap": ["zero_dp_3 auto_wrap"]}
 
 # The hand port to today's signatures: (old, new, how many times).
 PORT = [
@@ -65,7 +67,12 @@ PORT = [
     ("model, training_args, default_data_collator, Tokens(64, 1), Tokens(8, 2), None, None, compute_metrics",
      "model=model, args=training_args, data_collator=default_data_collator, train_dataset=Tokens(64, 1), "
      "eval_dataset=Tokens(8, 2), compute_metrics=compute_metrics", 1),
-    ('    """The 4.x attributes such code read."""\n    return {\n', '    return {}\n    return {\n', 1),
+    *(READ_4X := [  # the 4.x internals and arguments the script reads and prints
+        ('    """The 4.x attributes such code read."""\n    return {\n', '    return {}\n    return {\n', 1),
+        ("    sharded_ddp = [ShardedDDPOption(o).value for o in training_args.sharded_ddp]\n",
+         "    sharded_ddp = []  # no sharded_ddp today\n", 1),
+        ('    """The 4.x sharding arguments such code read."""\n    return {\n', '    return {}\n    return {\n', 1),
+    ]),
 ]
 # What shardcompat-migrate --transformers-legacy reports for a person to decide, and that person's edits.
 HAND = [
@@ -75,11 +82,11 @@ HAND = [
     PORT[1],  # the sharded_ddp branch
     ('        self.checkpoint_metrics.append(None if metrics is None else round(metrics["eval_loss"], 6))\n',
      '        self.checkpoint_metrics.append(round(self.state.log_history[-1]["eval_loss"], 6))\n', 1),
-    PORT[-1],  # the 4.x internals the script prints
+    *READ_4X,  # the 4.x internals and arguments the script prints
 ]
 #: The lines the tool reports (in the unmigrated script), each one a HAND edit covers.
-REPORTED = ("ShardedDDPOption", "self.sharded_ddp", "def _save_checkpoint", "trainer.sharded_ddp", "trainer.use_apex",
-            "trainer.scaler")
+REPORTED = ("ShardedDDPOption", "self.sharded_ddp", "def _save_checkpoint", "trainer.sharded_ddp", "trainer.fsdp",
+            "trainer.use_apex", "trainer.scaler", "trainer.amp_dtype")
 FLAGS = [
     "--max_steps", "4", "--per_device_train_batch_size", "2", "--per_device_eval_batch_size", "4",
     "--gradient_accumulation_steps", "2", "--learning_rate", "5e-3", "--weight_decay", "0.01", "--logging_steps", "1",
@@ -112,8 +119,9 @@ def migrate(root: Path) -> tuple[Path, list[str]]:
     return copy, reported
 
 
-def _run(command: list[str], out: Path) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONWARNINGS": "default::FutureWarning", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+def _run(command: list[str], out: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONWARNINGS": "default::FutureWarning", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+           **(env or {})}
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     return {"code": done.returncode, "output": done.stdout + done.stderr, "out": out}
 
@@ -130,10 +138,17 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
         results["migrated"] = _run([*TORCHRUN, str(migrated), *FLAGS, "--eval_strategy", "steps", "--use_cpu",
                                     "--output_dir", str(root / "migrated-out")], root / "migrated-out")
         results["migrated"]["reported"] = reported
+    given = {"OPTIMIZER_GIVEN": "1"}  # Trainer(optimizers=(AdamW(...), None)), no sharding: stock on both sides
+    results["stock-given"] = _run([*TORCHRUN, str(ported), *FLAGS, "--eval_strategy", "steps", "--use_cpu",
+                                   "--output_dir", str(root / "stock-given")], root / "stock-given", given)
+    results["none-given"] = _run([sys.executable, "-m", "shardcompat", "run", "--nproc", "2", str(SCRIPT), *FLAGS,
+                                  "--evaluation_strategy", "steps", "--output_dir", str(root / "none-given")],
+                                 root / "none-given", given)
     for name, words in SHARDINGS.items():
         results[name] = _run(
             [sys.executable, "-m", "shardcompat", "run", "--nproc", "2", str(SCRIPT), *FLAGS,
-             "--evaluation_strategy", "steps", "--output_dir", str(root / name), "--sharded_ddp", *words],
+             "--evaluation_strategy", "steps", "--output_dir", str(root / name),
+             *(["--sharded_ddp", *words] if words else [])],
             root / name)
     return results
 
@@ -165,11 +180,43 @@ def test_a_4x_subclass_runs_unchanged_and_trains_as_its_port_on_stock_ddp(runs: 
         # _save_checkpoint(metrics=) got the evaluation of its step, as 4.x passed it
         assert _close(a["checkpoint_metrics"], b["checkpoint_metrics"], 1e-4), (a, b)
         assert all(r["log_history"][0].get("seen_by_subclass") == 1.0 for r in (a, b))  # log(self, logs) ran
+    _reads_4x_sharding_as_4_30(name, sharded)
     model_class = transformers.GPT2LMHeadModel
     weights = [model_class.from_pretrained(runs[n]["out"] / "final").state_dict() for n in ("stock", name)]
     assert max(float((weights[0][k] - weights[1][k]).abs().max()) for k in weights[0]) <= 1e-5
     assert (runs[name]["out"] / "final" / "saved_by_subclass.txt").exists()  # the _save override
     assert (runs[name]["out"] / "checkpoint-2" / "saved_by_subclass.txt").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.skipif(LEGACY_RELEASE, reason="this release has the 4.x override protocol itself: nothing to serve")
+def test_an_optimizer_given_to_the_trainer_without_sharding_trains_as_stock(runs: dict[str, Any]) -> None:
+    for a, b in zip(_results(runs, "stock-given"), _results(runs, "none-given")):
+        assert len(a["losses"]) == 8 and a["losses"] == b["losses"], (a["losses"], b["losses"])
+        assert a["eval"] == b["eval"] and a["optimizer"] == b["optimizer"] == "given"
+        assert [e.get("loss") for e in a["log_history"]] == [e.get("loss") for e in b["log_history"]]
+    weights = [transformers.GPT2LMHeadModel.from_pretrained(runs[n]["out"] / "final").state_dict()
+               for n in ("stock-given", "none-given")]
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+
+
+def _reads_4x_sharding_as_4_30(name: str, results: list[dict[str, Any]]) -> None:
+    """The script's arguments as stock 4.34.1 parsed them (the fixture), its Trainer as 4.30 set it, and
+    the optimizer its own create_optimizer built (fairscale's OSS, or the facade's, under simple)."""
+    spelling = " ".join(SHARDINGS[name])
+    recorded = json.loads(SHARDING_4X.read_text())["arguments"][spelling]
+    for r in results:
+        assert r["arguments"] == {"sharded_ddp": recorded["sharded_ddp"], "in": spelling == "simple",
+                                  "len": len(recorded["sharded_ddp"]), "fsdp": recorded["fsdp"],
+                                  "fsdp_config": recorded["fsdp_config"]}, r["arguments"]
+        seen = r["seen"]
+        assert seen["sharded_ddp"] == (spelling.split()[0] if spelling else None) and seen["fsdp"] is None, seen
+        assert seen["place_model_on_device"] is (name in ("none", "simple")), seen
+        assert (seen["use_apex"], seen["use_cuda_amp"], seen["do_grad_scaling"]) == (False, False, False), seen
+        assert (seen["amp_dtype"], seen["scaler"]) == ("None", "NoneType"), seen  # unset in fp32, as in 4.30
+        # fairscale's OSS where it is installed (transformers(current-fairscale)), else the facade's NativeOSS
+        assert r["optimizer"] in (("OSS", "NativeOSS") if name == "simple" else ("AdamW",)), r["optimizer"]
 
 
 @pytest.mark.slow
@@ -268,26 +315,6 @@ def test_on_a_release_with_the_4x_protocol_the_base_takes_every_call_as_it_comes
 
 
 # ---------------------------------------------------------------------- the table against the sources
-def _source_430() -> Path:
-    given = os.environ.get("SHARDCOMPAT_TRANSFORMERS_430_SOURCE")
-    if given:
-        return Path(given)
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "shardcompat" / "transformers-4.30.2"
-    if not (cache / "transformers" / "trainer.py").exists():
-        wheels = cache / "wheel"
-        done = subprocess.run([sys.executable, "-m", "pip", "download", "transformers==4.30.2", "--no-deps",
-                               "--only-binary", ":all:", "-q", "-d", str(wheels)],
-                              capture_output=True, text=True, timeout=300)
-        found = sorted(wheels.glob("transformers-4.30.2-*.whl")) if done.returncode == 0 else []
-        if not found:
-            pytest.skip("needs Transformers 4.30.2's source: set SHARDCOMPAT_TRANSFORMERS_430_SOURCE to its "
-                        f"transformers/ folder, or let pip download it ({done.stderr.strip()[-300:]})")
-        with zipfile.ZipFile(found[0]) as wheel:
-            for name in ("transformers/trainer.py", "transformers/trainer_seq2seq.py"):
-                wheel.extract(name, cache)
-    return cache / "transformers"
-
-
 def _ast_methods(path: Path, cls: str) -> dict[str, list[inspect.Parameter]]:
     tree = ast.parse(path.read_text())
     node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
@@ -318,7 +345,7 @@ def _installed(cls: type, name: str) -> list[inspect.Parameter] | None:
 @pytest.mark.skipif(LEGACY_RELEASE, reason="the table is of 4.30.2 against the 5.x protocol")
 @pytest.mark.parametrize(("cls", "source"), [("Trainer", "trainer.py"), ("Seq2SeqTrainer", "trainer_seq2seq.py")])
 def test_every_changed_overridable_method_is_in_the_protocol_table(cls: str, source: str) -> None:
-    old = _ast_methods(_source_430() / source, cls)
+    old = _ast_methods(source_430() / source, cls)
     release = next(c for c in getattr(transformers, cls).__mro__ if c.__module__.startswith("transformers."))
     rows = {c.method: c for c in PROTOCOL if c.owner == cls}
     missing, wrong = [], []

@@ -6,7 +6,9 @@ when ``self.sharded_ddp == ShardedDDPOption.SIMPLE`` (as 4.30's own did), a cust
 ``training_step(self, model, inputs)``, a length-grouped ``_get_train_sampler(self)``,
 ``_save_checkpoint(self, model, trial, metrics=None)`` and ``_save`` calling ``super()``,
 ``log(self, logs)``, a QA-style ``evaluate`` that post-processes the predictions before
-``compute_metrics``, and ``Trainer(...)`` arguments by position in 4.x's order.  It knows
+``compute_metrics``, ``Trainer(...)`` arguments by position in 4.x's order (with
+``OPTIMIZER_GIVEN=1``, ``optimizers=(AdamW(...), None)`` too), and the report of its sharding
+arguments as 4.x scripts wrote it (``[ShardedDDPOption(o).value for o in args.sharded_ddp]``).  It knows
 nothing of shardcompat.  A tiny GPT-2 is built from its config (dropout at its default);
 the data are random tokens.  Each rank writes what it saw to ``OUTPUT_DIR/result-RANK.json``.
 """
@@ -137,11 +139,17 @@ class LegacyTrainer(Trainer):
 
 def main():
     (training_args,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses()
+    # how such scripts reported their arguments (4.30's list of ShardedDDPOption)
+    sharded_ddp = [ShardedDDPOption(o).value for o in training_args.sharded_ddp]
     torch.manual_seed(0)
     config = GPT2Config(vocab_size=VOCAB, n_positions=16, n_embd=32, n_layer=2, n_head=2, bos_token_id=0, eos_token_id=1)
     model = GPT2LMHeadModel(config)
+    optimizers = (None, None)
+    if os.environ.get("OPTIMIZER_GIVEN") == "1":  # Trainer(optimizers=(AdamW(...), None)), as scripts passed it
+        optimizers = (torch.optim.AdamW(model.parameters(), lr=training_args.learning_rate), None)
     trainer = LegacyTrainer(
-        model, training_args, default_data_collator, Tokens(64, 1), Tokens(8, 2), None, None, compute_metrics
+        model, training_args, default_data_collator, Tokens(64, 1), Tokens(8, 2), None, None, compute_metrics,
+        optimizers=optimizers,
     )
     trainer.recorded, trainer.checkpoint_metrics = [], []
     trainer.train()
@@ -150,18 +158,28 @@ def main():
     result = {
         "losses": trainer.recorded, "log_history": trainer.state.log_history, "eval": metrics,
         "checkpoint_metrics": trainer.checkpoint_metrics, "seen": internals(trainer),
-        "optimizer": trainer.built_optimizer,
+        "optimizer": getattr(trainer, "built_optimizer", "given"), "arguments": arguments(training_args, sharded_ddp),
     }
     with open(os.path.join(training_args.output_dir, f"result-{training_args.process_index}.json"), "w") as f:
         json.dump(result, f)
+
+
+def arguments(args, sharded_ddp):
+    """The 4.x sharding arguments such code read."""
+    return {
+        "sharded_ddp": sharded_ddp, "in": ShardedDDPOption.SIMPLE in args.sharded_ddp, "len": len(args.sharded_ddp),
+        "fsdp": [str(o.value) for o in args.fsdp], "fsdp_config": args.fsdp_config,
+    }
 
 
 def internals(trainer):
     """The 4.x attributes such code read."""
     return {
         "sharded_ddp": None if trainer.sharded_ddp is None else str(trainer.sharded_ddp.value),
+        "fsdp": trainer.fsdp,
         "use_apex": trainer.use_apex, "use_cuda_amp": trainer.use_cuda_amp, "do_grad_scaling": trainer.do_grad_scaling,
-        "scaler": type(trainer.scaler).__name__, "amp_dtype": str(trainer.amp_dtype), "deepspeed": trainer.deepspeed,
+        "scaler": type(trainer.scaler).__name__ if hasattr(trainer, "scaler") else "NoneType",
+        "amp_dtype": str(trainer.amp_dtype) if hasattr(trainer, "amp_dtype") else "None", "deepspeed": trainer.deepspeed,
         "is_deepspeed_enabled": trainer.is_deepspeed_enabled, "place_model_on_device": trainer.place_model_on_device,
         "model_wrapped": type(trainer.model_wrapped).__name__,
     }
