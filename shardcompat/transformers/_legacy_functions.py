@@ -35,13 +35,9 @@ USE_JAX = os.environ.get("USE_FLAX", "AUTO").upper()
 parsed_torch_version_base = version.parse(version.parse(torch.__version__).base_version)
 
 
-def _hub_constant(name: str) -> Any:
-    # huggingface_hub comes with the 'transformers' extra; load() names the extra when it is absent
-    return getattr(load("huggingface_hub.constants"), name)
-
-
-HF_HUB_CACHE = _hub_constant("HF_HUB_CACHE")
-HUGGINGFACE_CO_PREFIX = _hub_constant("HUGGINGFACE_CO_URL_TEMPLATE")
+# Read when a row asks for one (see __getattr__): the hub releases beside 4.3x lack some, and
+# this module serves other rows there too.
+_HUB_CONSTANTS = {"HF_HUB_CACHE": "HF_HUB_CACHE", "HUGGINGFACE_CO_PREFIX": "HUGGINGFACE_CO_URL_TEMPLATE"}
 
 
 def answer_true(*args: Any, **kwargs: Any) -> bool:
@@ -187,6 +183,20 @@ def sanitize_special_tokens(self: Any) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------- 3.x names 4.0 removed
+# (no import of transformers.trainer here: the layer installs these before the script imports it)
+def is_world_master(self: Any) -> bool:
+    return bool(self.is_world_process_zero())
+
+
+def is_local_master(self: Any) -> bool:
+    return bool(self.is_local_process_zero())
+
+
+# the tokenizer's length limit, by 3.x's name
+max_len = property(lambda self: self.model_max_length, doc="``tokenizer.model_max_length``, by 3.x's name.")
+
+
 # ---------------------------------------------------------------------- datasets
 def load_metric(path: str, config_name: str | None = None, process_id: int = 0, num_process: int = 1,
                 cache_dir: str | None = None, experiment_id: str | None = None, keep_in_memory: bool = False,
@@ -294,7 +304,11 @@ class _LmHeadMapping(collections.abc.Mapping):  # type: ignore[type-arg]
 
 
 def __getattr__(name: str) -> Any:
-    """``MODEL_WITH_LM_HEAD_MAPPING``, built on first use (it reads the installed auto mappings)."""
+    """The hub's constants, and ``MODEL_WITH_LM_HEAD_MAPPING`` (it reads the installed auto
+    mappings), each made on first use."""
+    if name in _HUB_CONSTANTS:
+        # huggingface_hub comes with the 'transformers' extra; load() names the extra when it is absent
+        return getattr(load("huggingface_hub.constants"), _HUB_CONSTANTS[name])
     if name != "MODEL_WITH_LM_HEAD_MAPPING":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     mapping = globals()[name] = _LmHeadMapping()
