@@ -203,19 +203,24 @@ def _trainer_rows() -> tuple[LegacyName, ...]:
     return tuple(r for r in by_kind(Kind.TRAINER) if not _mentions(init, r.name))
 
 
-def trainer_keywords(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``Trainer(**kwargs)`` with the legacy keywords the installed release lacks renamed."""
+def trainer_keywords(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``Trainer(**kwargs)`` with the legacy keywords the installed release lacks renamed, and the
+    ones 3.x moved into the arguments (``prediction_loss_only=``) as ``{field: value}`` to set there."""
     rows = [r for r in _trainer_rows() if r.name in kwargs]
     if not rows:
-        return kwargs
-    kwargs = dict(kwargs)
+        return kwargs, {}
+    kwargs, settings = dict(kwargs), {}
     for r in rows:
         assert r.new is not None
-        if r.new in kwargs:
+        field = r.new.removeprefix("args.") if r.new.startswith("args.") else None
+        if field is None and r.new in kwargs:
             raise LegacyArgumentError(f"Trainer got both {r.name}= and {r.new}=; keep {r.new}=")
         _warn(r, stacklevel=4)
-        kwargs[r.new] = kwargs.pop(r.name)
-    return kwargs
+        if field is not None:
+            settings[field] = kwargs.pop(r.name)
+        else:
+            kwargs[r.new] = kwargs.pop(r.name)
+    return kwargs, settings
 
 
 def add_trainer_attributes(cls: type) -> None:
@@ -223,7 +228,7 @@ def add_trainer_attributes(cls: type) -> None:
     for r in _trainer_rows():
         new = r.new
         assert new is not None
-        if hasattr(_release("Trainer"), r.name):
+        if hasattr(_release("Trainer"), r.name) or new.startswith("args."):
             continue
 
         def get(self: Any, r: LegacyName = r, new: str = new) -> Any:

@@ -266,7 +266,14 @@ def _class_members(installed: _Installed) -> None:
             continue
         value = resolve(r.target)
         spelling = r.pattern
-        if callable(value):
+        if isinstance(value, property):  # an attribute read on the instance (tokenizer.max_len)
+            def read(self: Any, _p: property = value, _r: Removed = r, _s: str = spelling) -> Any:
+                _warn(_s, _r)
+                assert _p.fget is not None
+                return _p.fget(self)
+
+            setattr(cls, member, property(read, doc=f"Transformers 4.x's {spelling}: {r.reason}."))
+        elif callable(value):
             def method(self: Any, *args: Any, _v: Any = value, _r: Removed = r, _s: str = spelling,
                        **kwargs: Any) -> Any:
                 _warn(_s, _r)

@@ -59,6 +59,11 @@ class ShardedTrainerError(ValueError):
     """The Trainer was asked for something a sharded run cannot do; the message says why and what to do."""
 
 
+def _refuse_legacy(name: str) -> TypeError:
+    return TypeError(f"Trainer({name}=...) without args=: 3.x set args.{name}, and there are no arguments to set it "
+                     f"on here; pass args=TrainingArguments(..., {name}=...) instead")
+
+
 def _refuse(what: str, fix: str) -> ShardedTrainerError:
     return ShardedTrainerError(f"--sharded_ddp: {what}. {fix}")
 
@@ -83,9 +88,14 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
 
     def __init__(self, *args: Any, backend: str = "auto", **kwargs: Any) -> None:
         args, kwargs = _legacy_positional(type(self), args, kwargs)  # Trainer(...) in 4.x's order
-        kwargs = trainer_keywords(kwargs)  # 4.x keywords this release renamed (tokenizer=)
+        # 4.x keywords this release renamed (tokenizer=), and 3.x's that moved into the arguments
+        kwargs, settings = trainer_keywords(kwargs)
         given = inspect.signature(super().__init__).bind(*args, **kwargs).arguments
         training_args = given.get("args")
+        for name, value in settings.items():  # prediction_loss_only=: set on the arguments, as 3.x did
+            if training_args is None:
+                raise _refuse_legacy(name)
+            setattr(training_args, name, value)
         self._sharding = sharding_options(training_args) if training_args is not None else ShardingOptions()
         self._sharding_backend = backend
         self._sharded_module: ShardedModule | None = None

@@ -203,6 +203,9 @@ FIELDS: tuple[LegacyName, ...] = (
 OTHERS: tuple[LegacyName, ...] = (
     LegacyName("tokenizer", Kind.TRAINER, "4.46", "5.0", R, "processing_class=",
                "renamed in 4.46; the Trainer saves and pads with it as before", new="processing_class"),
+    LegacyName("prediction_loss_only", Kind.TRAINER, "3.x", "4.0", M, "args.prediction_loss_only",
+               "3.x moved it into the arguments, where evaluation reads it (4.30's examples/legacy still passed "
+               "it to the Trainer)", new="args.prediction_loss_only"),
     LegacyName("use_auth_token", Kind.FROM_PRETRAINED, "4.31", "5.0", R, "token=",
                "renamed in 4.31; today it reaches the model's __init__ and fails there with a TypeError",
                new="token"),
@@ -959,6 +962,14 @@ MEMBERS: tuple[Removed, ...] = (
              "5.x offloads through device_map"),
     _refused(f"{_MODEL}.from_pretrained(mirror=)", "drop it", "4.30 already ignored it"),
     _refused(f"{_MODEL}.from_pretrained(resume_download=)", "drop it", "downloads always resume today"),
+    # 3.x names that 4.0 removed and 4.30's own examples/legacy scripts still called (they fail at their
+    # end on 4.30 itself): each is today's name, served under the old one with a FutureWarning.
+    _served("Trainer.is_world_master", "trainer.is_world_process_zero()", "3.x's name of the same question",
+            f"{_LF}:is_world_master", _C, served=R, removed="4.0"),
+    _served("Trainer.is_local_master", "trainer.is_local_process_zero()", "3.x's name of the same question",
+            f"{_LF}:is_local_master", _C, served=R, removed="4.0"),
+    _served(f"{_TOK}.max_len", "tokenizer.model_max_length", "3.x's name of the same number", f"{_LF}:max_len", _C,
+            served=R, removed="4.0"),
 )
 
 SURFACE: tuple[Removed, ...] = (

@@ -315,7 +315,7 @@ def test_the_layer_probes_the_release_not_the_dropin_in_its_place() -> None:
     with sct.dropins():  # (5.x may have put a new `transformers` module into sys.modules: see _legacy.install)
         assert sys.modules["transformers"].TrainingArguments is sct.TrainingArguments
         assert [r.name for r in _legacy._missing_fields()] == [r.name for r in MISSING]
-        assert [r.name for r in _legacy._trainer_rows()] == ["tokenizer"]
+        assert [r.name for r in _legacy._trainer_rows()] == ["tokenizer", "prediction_loss_only"]
         args, warned = _parse("--evaluation_strategy", "steps")
         assert str(args.eval_strategy.value) == "steps" and len(warned) == 1
 
