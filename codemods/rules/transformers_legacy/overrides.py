@@ -36,6 +36,7 @@ from shardcompat.transformers.legacy_table import MEMBERS
 
 from ..base import Rule, dotted
 from . import RULE, UNMIGRATED
+from .plans import MEMBER_RENAMES
 
 __all__ = ["TrainerOverrides"]
 
@@ -466,6 +467,11 @@ class TrainerOverrides(Rule):
             new = cst.parse_expression("(self.model if model is None else model)")
             self.record(original_node, new, RULE, "today's release passes the model the optimizer is for "
                         "(the FSDP-wrapped one), where 4.x had set self.model to it")
+            return new
+        renamed = MEMBER_RENAMES.get(name)
+        if in_trainer and renamed is not None and renamed[0] == "trainer" and not self.blocked(original_node):
+            new = updated_node.with_changes(attr=cst.Name(renamed[1]))  # self.is_world_master() in a subclass
+            self.record(original_node, new, RULE, f"today's name ({name} was 3.x's; 4.0 removed it)")
             return new
         replacement = _INTERNALS.get(name)
         if replacement is not None and not self.in_target and self._once(original_node):

@@ -23,9 +23,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from shardcompat.transformers.legacy_table import ROWS, SURFACE, Kind, LegacyName, Served
+from shardcompat.transformers.legacy_table import (
+    MEMBERS,
+    ROWS,
+    SURFACE,
+    Home,
+    Kind,
+    LegacyName,
+    Served,
+)
 
-__all__ = ["NAMES", "NEEDLES", "NOT_LITERAL", "REMOVED_TOP_LEVEL", "Plan", "has_rule", "plan_field", "plan_name", "rows_named"]
+__all__ = ["MEMBER_RENAMES", "NAMES", "NEEDLES", "NOT_LITERAL", "REMOVED_TOP_LEVEL", "Plan", "has_rule", "plan_field", "plan_name", "rows_named"]
 
 #: Stands for a value that is not a literal (a variable, a call, an expression).
 NOT_LITERAL: Any = object()
@@ -36,10 +44,17 @@ NAMES: tuple[str, ...] = tuple(dict.fromkeys(r.name for r in ROWS))
 REMOVED_TOP_LEVEL: tuple[str, ...] = tuple(r.pattern.split(".", 1)[1] for r in SURFACE
                                            if not r.family and r.pattern.count(".") == 1
                                            and r.pattern.startswith("transformers."))
+#: 3.x members that 4.0 renamed (``trainer.is_world_master()``, ``tokenizer.max_len``), from the table's
+#: rows: old name -> (what the receiver is called, today's name).
+MEMBER_RENAMES: dict[str, tuple[str, str]] = {
+    r.pattern.split(".", 1)[1]: ("trainer" if r.pattern.startswith("Trainer.") else "tokenizer",
+                                 r.replacement.split(".", 1)[1].removesuffix("()"))
+    for r in MEMBERS if r.served is Served.RENAMED and r.home is Home.CLASS and r.removed == "4.0"
+}
 #: What else the rule acts on: Trainer subclasses and calls (:mod:`.overrides`), imports from
 #: Transformers modules (:mod:`.homes`), the tokenizer's target mode (:mod:`.targets`), a model
 #: folder passed as a checkpoint (:mod:`.resume`).
-NEEDLES: tuple[str, ...] = (*NAMES, *REMOVED_TOP_LEVEL, "Trainer", "transformers.", "AdamW", "ShardedDDPOption",
+NEEDLES: tuple[str, ...] = (*NAMES, *REMOVED_TOP_LEVEL, *MEMBER_RENAMES, "Trainer", "transformers.", "AdamW", "ShardedDDPOption",
                              "as_target_tokenizer", "prepare_seq2seq_batch", "TF", "Flax", "_PRETRAINED_",
                              "resume_from_checkpoint")
 
@@ -102,6 +117,8 @@ def has_rule(row: LegacyName) -> bool:
         return row.served in (Served.RENAMED, Served.NO_OP, Served.REFUSED)
     if row.kind is Kind.DATASETS_FUNCTION:  # .homes imports it from its new home, or reports it (no drop-in)
         return row.new is None or ":" in row.new
+    if row.kind is Kind.TRAINER and row.new is not None and row.new.startswith("args."):
+        return True  # reported: the value moves to the arguments, which the call does not show
     if row.kind in (Kind.TRAINER, Kind.FROM_PRETRAINED, Kind.DATASETS):
         return row.served is Served.RENAMED and row.new is not None
     if row.kind in (Kind.TOP_LEVEL, Kind.UTILS):
@@ -156,6 +173,8 @@ def plan_name(row: LegacyName) -> Plan:
         if row.served is Served.RENAMED and row.new is not None:
             return Plan("rename", row.new, note=row.reason)
         return _report(row, "today's TrainingArguments has no such attribute")
+    if row.new is not None and row.new.startswith("args."):  # a keyword 3.x moved into the arguments
+        return _report(row, f"today it is {row.new}, set on the TrainingArguments the Trainer is given")
     if row.new is not None and row.served in (Served.RENAMED, Served.MAPPED):
         return Plan("rename", row.new, note=row.reason)
     if row.replacement in ("True", "False"):

@@ -10,7 +10,8 @@
   ``name()`` becomes the constant; a no-op (``send_example_telemetry``) is dropped with its call
   statements, the comments above them kept; any other use is reported and the import stays;
 - attribute reads of a field row on an arguments object (``training_args.evaluation_strategy``)
-  are renamed; a read with no exact counterpart is reported; names the file declares itself (a
+  are renamed, and so are the 3.x members 4.0 renamed on an object named for their class
+  (``trainer.is_world_master()``, ``tokenizer.max_len``); a read with no exact counterpart is reported; names the file declares itself (a
   dataclass field, an ``add_argument("--name")``) are the script's own and left alone.
 
 The rule works on the whole module (it needs every use of an imported name), so the Python
@@ -32,14 +33,24 @@ from shardcompat.transformers.legacy_table import Kind, LegacyName, Served, load
 from ..base import NodeSet, Rule, dotted
 from . import RULE, UNMIGRATED
 from .ownfield import OWN_ROWS, OwnField, own_field
-from .plans import NAMES, NOT_LITERAL, REMOVED_TOP_LEVEL, Plan, plan_field, plan_name, rows_named
+from .plans import (
+    MEMBER_RENAMES,
+    NAMES,
+    NOT_LITERAL,
+    REMOVED_TOP_LEVEL,
+    Plan,
+    plan_field,
+    plan_name,
+    rows_named,
+)
 
 __all__ = ["RULE", "UNMIGRATED", "TransformersLegacy", "needs_module"]
 
 _MODULES = {"transformers": (Kind.TOP_LEVEL,), "transformers.utils": (Kind.UTILS,)}
 #: ``tokenizer`` is everywhere in Transformers code (``tokenizer = AutoTokenizer...``); only
 #: the keyword form inside a call counts.
-_NEEDLE = re.compile(r"\b(?:" + "|".join(sorted((set(NAMES) | set(REMOVED_TOP_LEVEL)) - {"tokenizer"})) + r")\b"
+_NEEDLE = re.compile(r"\b(?:" + "|".join(sorted((set(NAMES) | set(REMOVED_TOP_LEVEL) | set(MEMBER_RENAMES))
+                                                 - {"tokenizer"})) + r")\b"
                      r"|[(,]\s*tokenizer\s*=(?!=)"
                      r"|Trainer\b|\btransformers\.\w|\b(?:AdamW|ShardedDDPOption|as_target_tokenizer|prepare_seq2seq_batch)\b"
                      r"|\b(?:TF|Flax)[A-Z0-9]\w*|_PRETRAINED_|\bresume_from_checkpoint\s*=")
@@ -329,8 +340,13 @@ class TransformersLegacy(Rule):
                 return new
             return updated_node
         name = original_node.attr.value
-        row = rows_named(name, Kind.FIELD)
         target = receiver.rsplit(".", 1)[-1] if receiver else dotted(original_node.value).rsplit(".", 1)[-1]
+        renamed = MEMBER_RENAMES.get(name)
+        if renamed is not None and target.lower().endswith(renamed[0]) and not self.blocked(original_node):
+            new_member = updated_node.with_changes(attr=cst.Name(renamed[1]))
+            self.record(original_node, new_member, RULE, f"today's name ({name} was 3.x's; 4.0 removed it)")
+            return new_member
+        row = rows_named(name, Kind.FIELD)
         if row is None or name in self.declared or "args" not in target or self.blocked(original_node):
             return updated_node
         own = self.own
