@@ -67,6 +67,7 @@ PORT = [
     ("model, training_args, default_data_collator, Tokens(64, 1), Tokens(8, 2), None, None, compute_metrics",
      "model=model, args=training_args, data_collator=default_data_collator, train_dataset=Tokens(64, 1), "
      "eval_dataset=Tokens(8, 2), compute_metrics=compute_metrics", 1),
+    ("    if trainer.is_world_master():", "    if trainer.is_world_process_zero():", 1),
     *(READ_4X := [  # the 4.x internals and arguments the script reads and prints
         ('    """The 4.x attributes such code read."""\n    return {\n', '    return {}\n    return {\n', 1),
         ("    sharded_ddp = [ShardedDDPOption(o).value for o in training_args.sharded_ddp]\n",
@@ -184,6 +185,7 @@ def test_a_4x_subclass_runs_unchanged_and_trains_as_its_port_on_stock_ddp(runs: 
     model_class = transformers.GPT2LMHeadModel
     weights = [model_class.from_pretrained(runs[n]["out"] / "final").state_dict() for n in ("stock", name)]
     assert max(float((weights[0][k] - weights[1][k]).abs().max()) for k in weights[0]) <= 1e-5
+    assert (runs[name]["out"] / "written_by_world_master.txt").exists()  # 3.x's is_world_master(), on rank 0
     assert (runs[name]["out"] / "final" / "saved_by_subclass.txt").exists()  # the _save override
     assert (runs[name]["out"] / "checkpoint-2" / "saved_by_subclass.txt").exists()
 
@@ -237,6 +239,7 @@ def test_the_migrated_subclass_trains_on_stock_transformers_as_its_hand_port(run
         assert a["eval"] == b["eval"] and b["optimizer"] == "AdamW"
         assert all(r["log_history"][0].get("seen_by_subclass") == 1.0 for r in (a, b))
     assert "is the Transformers 4.x form" not in runs["migrated"]["output"]
+    assert (runs["migrated"]["out"] / "written_by_world_master.txt").exists()  # renamed is_world_process_zero()
     weights = [transformers.GPT2LMHeadModel.from_pretrained(runs[n]["out"] / "final").state_dict()
                for n in ("stock", "migrated")]
     assert max(float((weights[0][k] - weights[1][k]).abs().max()) for k in weights[0]) <= 1e-6

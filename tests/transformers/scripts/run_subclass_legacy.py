@@ -155,6 +155,9 @@ def main():
     trainer.train()
     metrics = trainer.evaluate()
     trainer.save_model(os.path.join(training_args.output_dir, "final"))
+    if trainer.is_world_master():  # 3.x's name, which 4.30's own examples/legacy scripts still called
+        with open(os.path.join(training_args.output_dir, "written_by_world_master.txt"), "w") as f:
+            f.write("yes\n")
     result = {
         "losses": trainer.recorded, "log_history": trainer.state.log_history, "eval": metrics,
         "checkpoint_metrics": trainer.checkpoint_metrics, "seen": internals(trainer),
