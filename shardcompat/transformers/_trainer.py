@@ -118,7 +118,7 @@ class Trainer(_hf.Trainer):  # type: ignore[misc,name-defined]
                 hide.sharded_ddp = field
         check_one_group(self.args)
         # As 4.30 set it; a release with the field reads its own None (it must not shard; see _ReleaseSeesNone).
-        self.__dict__[_SHARDED_DDP] = trainer_value(self._sharding) if self._sharding else None
+        self.sharded_ddp = trainer_value(self._sharding) if self._sharding else None
         if self._sharding.stage in (Stage.ZERO_DP_2, Stage.ZERO_DP_3):
             self.place_model_on_device = False  # 4.30 left the placement of a sharded model to the sharding
         if self._sharding:
@@ -544,12 +544,10 @@ _LEGACY_ATTRIBUTES = {name: not _release_sets(name) for name in _ATTRIBUTES}
 _REQUIRES_STATE = release_requires_state(_RELEASE["Trainer"].train)
 _TRAIN_TAKES_KEYWORDS = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(_RELEASE["Trainer"].train).parameters.values())
 for _name, (_get, _doc) in _ATTRIBUTES.items():
-    if _LEGACY_ATTRIBUTES[_name] and _name != "sharded_ddp":
+    if _LEGACY_ATTRIBUTES[_name]:
         setattr(Trainer, _name, _legacy_attribute(_name, _get, _doc))
-Trainer.sharded_ddp = (  # type: ignore[attr-defined]
-    _legacy_attribute("sharded_ddp", lambda self: self.__dict__.get(_SHARDED_DDP), _ATTRIBUTES["sharded_ddp"][1])
-    if _LEGACY_ATTRIBUTES["sharded_ddp"] else _ReleaseSeesNone()
-)
+if not _LEGACY_ATTRIBUTES["sharded_ddp"]:  # the release's own field: its modules keep reading None
+    Trainer.sharded_ddp = _ReleaseSeesNone()  # type: ignore[assignment]
 
 
 def _without(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
