@@ -11,8 +11,9 @@
   statements, the comments above them kept; any other use is reported and the import stays;
 - attribute reads of a field row on an arguments object (``training_args.evaluation_strategy``)
   are renamed, and so are the 3.x members 4.0 renamed on an object named for their class
-  (``trainer.is_world_master()``, ``tokenizer.max_len``); a read with no exact counterpart is reported; names the file declares itself (a
-  dataclass field, an ``add_argument("--name")``) are the script's own and left alone.
+  (``trainer.is_world_master()``, ``tokenizer.max_len``); a read with no exact counterpart is
+  reported; names the file declares itself (a dataclass field, an ``add_argument("--name")``)
+  are the script's own and left alone.
 
 The rule works on the whole module (it needs every use of an imported name), so the Python
 path gives it the whole file when the table's names occur (:func:`needs_module`).
