@@ -58,6 +58,7 @@ __all__ = [
     "rng_state",
     "shape_table",
     "share",
+    "state_shapes",
     "table_differences",
     "world_size",
     "writable",
@@ -347,10 +348,18 @@ def check_optimizer_state(optim: Any, expected: Mapping[str, list[int]], file: P
             problems.append(f"state for {name!r}, which the model does not have")
             continue
         for key, value in values.items() if isinstance(values, Mapping) else ():
-            if isinstance(value, torch.Tensor) and value.dim() > 0 and list(value.shape) != expected[name]:
+            if isinstance(value, torch.Tensor) and value.dim() > 0 and list(value.shape) not in state_shapes(expected[name]):
                 problems.append(f"{name}.{key} has shape {tuple(value.shape)}, the parameter {tuple(expected[name])}")
     if problems:
         raise CheckpointError(f"{file}: the optimizer state does not fit this model: {_some(problems)}")
+
+
+def state_shapes(shape: list[int]) -> list[list[int]]:
+    """The shapes an optimizer keeps per parameter: the parameter's own and, for a matrix or
+    more, Adafactor's factored statistics (the mean over the last or the second-last dim)."""
+    if len(shape) < 2:
+        return [shape]
+    return [shape, shape[:-1], shape[:-2] + shape[-1:]]
 
 
 def table_differences(a: Mapping[str, Any], b: Mapping[str, Any], a_name: str, b_name: str) -> str:

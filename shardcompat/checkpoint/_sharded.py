@@ -39,6 +39,7 @@ from ._common import (
     rng_state,
     shape_table,
     share,
+    state_shapes,
     table_differences,
     writable,
 )
@@ -165,7 +166,7 @@ def check_metadata(path: Path, manifest: Mapping[str, Any]) -> None:
     for name, shape in manifest["model"].items():
         for key in (k for k in state if k.startswith(f"optimizer.state.{name}.")):
             size = getattr(metadata[key], "size", None)
-            if size is not None and len(size) > 0 and list(size) != list(shape):
+            if size is not None and len(size) > 0 and list(size) not in state_shapes(list(shape)):
                 problems = "; ".join(filter(None, [problems, f"{key} has shape {tuple(size)}, the parameter {tuple(shape)}"]))
     if problems:
         raise CheckpointError(f"{file} does not match its {MANIFEST}: {problems}")
