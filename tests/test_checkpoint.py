@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import importlib.util
 import itertools
 import random
 import re
@@ -95,7 +96,24 @@ def _without_last_bias(params: Any) -> torch.optim.Optimizer:
     return ADAMW(list(params)[:-1])
 
 
-FACTORIES = {"two": two_groups, "reversed": _reversed_groups, "three": _three_groups}
+def _adafactor(params: Any) -> torch.optim.Optimizer:
+    """Transformers' Adafactor with every state it keeps: factored statistics, the parameter
+    RMS (scale_parameter) and a first moment (beta1); a fixed lr, which the scheduler steps."""
+    from transformers.optimization import Adafactor
+
+    built: torch.optim.Optimizer = Adafactor(params, lr=1e-2, relative_step=False, scale_parameter=True,
+                                             warmup_init=False, beta1=0.9)
+    return built
+
+
+FACTORIES = {"two": two_groups, "reversed": _reversed_groups, "three": _three_groups, "adafactor": _adafactor}
+# Adafactor's state, saved on 2 ranks as DTensor shards (FSDP2) and whole (ZeRO), resumed on 4
+# by both: the row and column statistics are gathered whole and resharded by the loader.
+HAS_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
+ADAFACTOR_SAVES = {"adafactor-fsdp2-full": "torch-fsdp2", "adafactor-fsdp2-sharded": "torch-fsdp2",
+                   "adafactor-zero-full": "torch-zero"}
+ADAFACTOR_RESUMERS = ("torch-zero", "torch-fsdp2")
+ADAFACTOR_SOURCES = [*ADAFACTOR_SAVES, "adafactor-consolidated"]  # the last: consolidate() of the sharded one
 # label: (backend, optimizer factory) the good checkpoint of another grouping is refused by
 GROUP_REFUSALS = {
     "wrong-groups-merged": ("torch-zero", ADAMW),  # one group: both saved groups' settings
@@ -233,6 +251,13 @@ def _phase_save(rank: int, world: int, root: str, names: list[str]) -> dict[str,
         prepared, scheduler = _prepare(name, optimizer=two_groups)
         _train(prepared, scheduler, 0, K)
         prepared.save_checkpoint(Path(root, GROUPED[name]), sharded=name in SHARDED_WRITERS, scheduler=scheduler)
+    if HAS_TRANSFORMERS:
+        ref = _DDP(build_model("mlp", 0), _adafactor)
+        out["reference_adafactor"] = _train(ref, _scheduler(ref.optimizer), 0, K + M)
+        for source, name in ADAFACTOR_SAVES.items():
+            prepared, scheduler = _prepare(name, optimizer=_adafactor)
+            out[source] = _train(prepared, scheduler, 0, K)
+            prepared.save_checkpoint(Path(root, source), sharded="sharded" in source, scheduler=scheduler)
     return out
 
 
@@ -268,6 +293,10 @@ def _phase_resume(
         prepared.load_checkpoint(Path(root, source), scheduler=scheduler)
         tail = _train(prepared, scheduler, K, K + M)
         out[(source, name, factory)] = {"tail": tail, "settings": _settings(prepared.optimizer)}
+    for source, name in itertools.product(ADAFACTOR_SOURCES if HAS_TRANSFORMERS else (), ADAFACTOR_RESUMERS):
+        prepared, scheduler = _prepare(name, seed=1, optimizer=_adafactor)
+        prepared.load_checkpoint(Path(root, source), scheduler=scheduler)
+        out[(source, name)] = {"tail": _train(prepared, scheduler, K, K + M)}
     for label, path in bad.items():  # refusals, model left untouched
         model = _WideMLP() if label == "wrong-shape" else build_model("blocks") if label == "wrong-model" else None
         optimizer = functools.partial(torch.optim.SGD, lr=0.1) if label == "wrong-optimizer" else ADAMW
@@ -308,6 +337,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     saved = spawn(_phase_save, SAVED_ON, (str(root), AVAILABLE), timeout=240)
     sharded = [n for n in AVAILABLE if n in SHARDED_WRITERS]
     consolidate(root / f"{sharded[0]}-sharded", root / "consolidated")
+    if HAS_TRANSFORMERS:
+        consolidate(root / "adafactor-fsdp2-sharded", root / "adafactor-consolidated")
     bad = _damage(root, AVAILABLE[0], sharded[0])
     sources = [f"{n}-full" for n in AVAILABLE] + [f"{n}-sharded" for n in sharded] + ["consolidated"]
     resumed = spawn(_phase_resume, RESUMED_ON, (str(root), sources, AVAILABLE, bad), timeout=300)
@@ -394,6 +425,21 @@ def test_two_parameter_groups_resume_on_every_backend_that_keeps_them(runs: dict
         got = runs["resumed"][(source, resumed_by, "two")]
         _assert_close(got["tail"], saved["reference_groups"][K:], f"{source} -> {resumed_by}")
         assert got["settings"] == saved["reference_group_settings"], f"{source} -> {resumed_by}"
+
+
+@pytest.mark.skipif(not HAS_TRANSFORMERS, reason="Transformers' Adafactor: transformers is not installed")
+@pytest.mark.parametrize("source", ADAFACTOR_SOURCES)
+def test_adafactor_state_moves_between_backends_and_world_sizes(runs: dict[str, Any], source: str) -> None:
+    """Factored statistics, RMS and first moment: saved on 2 ranks (full, sharded, and the
+    sharded one consolidated), resumed on 4 by FSDP2's DTensor shards and by ZeRO's whole
+    parameters, as the uninterrupted DDP run continues."""
+    saved = runs["saved"][0]
+    want = saved["reference_adafactor"]
+    assert want[-1] < want[0], "the reference did not learn; the test would prove nothing"
+    if source in saved:
+        _assert_close(saved[source], want[:K], f"{source} before the save")
+    for name in ADAFACTOR_RESUMERS:
+        _assert_close(runs["resumed"][(source, name)]["tail"], want[K:], f"{source} -> {name}")
 
 
 def test_parameter_groups_are_matched_by_the_names_they_hold(runs: dict[str, Any]) -> None:

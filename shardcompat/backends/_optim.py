@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -64,7 +64,8 @@ def optimizer_groups(factory: OptimizerFactory, params: Sequence[torch.nn.Parame
 # with them.  Element-wise optimizers (Adam, AdamW, SGD with momentum, Adagrad...) give the
 # same update on any slice of a parameter; Adafactor does not: it factors the second moment
 # into row and column statistics of each whole 2-D parameter and scales the update by the
-# parameter's RMS, so it needs each parameter whole, as it is on one rank.
+# parameter's RMS, so it needs each parameter whole, as it is on one rank, or as a DTensor
+# shard whose reductions span the whole parameter (FSDP2, for Transformers' Adafactor).
 LAYOUTS = {
     "torch-zero": "whole parameters (ZeroRedundancyOptimizer gives each rank whole parameters to step)",
     "fairscale-sdp": "whole parameters (OSS gives each rank whole parameters to step)",
@@ -86,7 +87,7 @@ class OptimizerRow:
     name: str
     classes: tuple[str, ...]  # "module.QualName" of the class or a base, matched over the MRO
     refused: dict[str, str]
-    note: str = ""  # what the table says beside "yes"
+    served: dict[str, str] = field(default_factory=dict)  # backend -> how, said beside "yes"
 
 
 # Both Adafactors meet the flat layouts the same way.
@@ -96,11 +97,9 @@ OPTIMIZERS: tuple[OptimizerRow, ...] = (
     OptimizerRow("Adam, AdamW, SGD (with momentum), Adagrad and other element-wise optimizers", (), {}),
     OptimizerRow(
         "Transformers' Adafactor (`--optim adafactor`)", ("transformers.optimization.Adafactor",),
-        {
-            **_FLAT_FACTORED_REFUSALS,
-            "torch-fsdp2": f"{_FACTORED}; FSDP2's parameters are DTensor shards and this Adafactor "
-                           "keeps plain-tensor state, which fails at the first step (Tensor and DTensor mixed)",
-        },
+        _FLAT_FACTORED_REFUSALS,
+        # its state is built as DTensors placed like the parameter's reductions (_dtensor_adafactor)
+        served={"torch-fsdp2": "DTensor state"},
     ),
     OptimizerRow(
         "`torch.optim.Adafactor`", ("torch.optim.Adafactor",),
@@ -113,8 +112,8 @@ OPTIMIZERS: tuple[OptimizerRow, ...] = (
     OptimizerRow(
         "several parameter groups (e.g. no weight decay on biases and norms)", (),
         {"fairscale-fsdp": _GROUPS_FLAT},
-        note="torch-fsdp1: groups made by name (as the Trainer makes them); groups made by shape "
-             "(`p.dim()`) are refused, FSDP1 hands the factory 1-D views",
+        # groups made by shape (`p.dim()`) are refused: FSDP1 hands the factory 1-D views
+        served={"torch-fsdp1": "by name"},
     ),
 )
 GROUPS_ROW = OPTIMIZERS[-1]
@@ -214,8 +213,7 @@ def markdown_table() -> str:
     """Which optimizer each backend trains as DDP does (docs/optimizers.md carries it)."""
     lines = ["| optimizer | " + " | ".join(LAYOUTS) + " |", "|---" * (len(LAYOUTS) + 1) + "|"]
     for row in OPTIMIZERS:
-        cells = ["no" if name in row.refused else "yes" for name in LAYOUTS]
-        if row.note:
-            cells = [c + " (by name)" if name == "torch-fsdp1" and c == "yes" else c for name, c in zip(LAYOUTS, cells)]
+        cells = ["no" if name in row.refused else f"yes ({row.served[name]})" if name in row.served else "yes"
+                 for name in LAYOUTS]
         lines.append(f"| {row.name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from ..options import Precision, Prefetch, ShardingOptions, Stage
+from . import _dtensor_adafactor
 from ._base import OptimizerFactory, Placement, Plan, Probe, UnsupportedOptions
 from ._optim import check_optimizer
 from ._torch_common import (
@@ -63,6 +64,11 @@ class FSDP2Prepared(TorchPrepared):
 
     def no_sync(self) -> contextlib.AbstractContextManager[Any]:
         return _gradient_sync_off(self.model)
+
+    def _load_optimizer_state_dict(self, state: dict[str, Any]) -> None:
+        if _dtensor_adafactor.serves(self.optimizer):
+            _dtensor_adafactor.build_state(self.optimizer, every=True)  # placed, before torch's own init
+        super()._load_optimizer_state_dict(state)
 
     def local_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
         """Every parameter's shard and any unsharded buffer FSDP2 has allocated.
@@ -197,6 +203,8 @@ class TorchFSDP2Backend:
         scaler = sharded_grad_scaler(settings["scaler"], placement)
         optim = optimizer(model.parameters())
         check_optimizer(self.name, options, optim)  # before the first step
+        if _dtensor_adafactor.serves(optim):
+            _dtensor_adafactor.install(optim)
         return FSDP2Prepared(
             model=model, module=model, optimizer=optim,
             plan=plan, placement=placement, scaler=scaler,

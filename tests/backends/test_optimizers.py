@@ -39,7 +39,7 @@ OPTIONS = {"torch-zero": "simple", "torch-fsdp1": "zero_dp_2", "torch-fsdp2": "z
 REFUSED = {
     ("torch-fsdp1", "adafactor"), ("torch-fsdp1", "hf-adafactor"),
     ("torch-fsdp1", "groups"),  # tests._parity groups by p.dim(): FSDP1 hands it 1-D views
-    ("torch-fsdp2", "adafactor"), ("torch-fsdp2", "hf-adafactor"),
+    ("torch-fsdp2", "adafactor"),  # Transformers' Adafactor is served there (test_adafactor_fsdp2.py)
     ("fairscale-fsdp", "adafactor"), ("fairscale-fsdp", "hf-adafactor"), ("fairscale-fsdp", "groups"),
 }
 _HF = ["hf-adafactor"] if __import__("importlib").util.find_spec("transformers") else []
@@ -75,6 +75,8 @@ def test_the_optimizer_is_refused_at_prepare(case: Case) -> None:
     assert isinstance(got, str) and got.startswith("UnsupportedOptimizer: "), got  # prepare() raised it
     assert f"{case.backend} ('{parse_options(case.options)}') cannot train {NAMES[case.optimizer]}" in got, got
     assert "Options that serve it: backend=torch-zero (simple, zero_dp_1)" in got, got
+    if case.optimizer == "hf-adafactor":  # served on DTensor shards too
+        assert "; backend=torch-fsdp2 (zero_dp_2, zero_dp_3)" in got, got
     if "adafactor" in case.optimizer:
         assert "factored second moments need whole 2-D parameters" in got, got
     else:
@@ -123,9 +125,9 @@ def test_explain_lists_each_backends_refused_optimizers(capsys: pytest.CaptureFi
 
     main(["explain", "zero_dp_3 auto_wrap", "--json"])
     rows = {r["backend"]: r for r in json.loads(capsys.readouterr().out)["backends"]}
-    assert rows["torch-fsdp2"]["refused_optimizers"] == ["Transformers' Adafactor", "torch.optim.Adafactor"]
+    assert rows["torch-fsdp2"]["refused_optimizers"] == ["torch.optim.Adafactor"]
     main(["explain", "simple"])
     text = capsys.readouterr().out
     assert "refuses:" not in text.split("* torch-zero:")[1].split("\n  ")[0], text  # whole parameters: all served
     main(["explain", "zero_dp_2"])
-    assert "refuses: Transformers' Adafactor; torch.optim.Adafactor (docs/optimizers.md)" in capsys.readouterr().out
+    assert "refuses: torch.optim.Adafactor (docs/optimizers.md)" in capsys.readouterr().out
