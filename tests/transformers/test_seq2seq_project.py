@@ -2,7 +2,7 @@
 ``Seq2SeqTrainer`` subclass with ``compute_loss(self, model, inputs)``, labels encoded in
 ``with tokenizer.as_target_tokenizer():``, ``transformers.utils.is_offline_mode``, the trainer's
 arguments by position) runs unchanged under ``shardcompat run --nproc 2`` with its own scripts'
-``--sharded_ddp simple --adafactor``, and after ``shardcompat-migrate --transformers-legacy``
+``--sharded_ddp simple --adafactor`` (and ``zero_dp_2``, which 4.x paired with it too), and after ``shardcompat-migrate --transformers-legacy``
 (which reports nothing for a person to do here) on stock ``torchrun``.  Both train as its hand
 port to 5.x does on stock ``torchrun`` (DDP over gloo, 2 CPU ranks, ``--optim adafactor``): the
 label-smoothed loss of every micro-batch on each rank, the logged losses, the evaluations with
@@ -43,6 +43,9 @@ COMMON = [
     "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true", "--seed", "0",
 ]
 STOCK = ["--optim", "adafactor", "--eval_strategy", "steps", "--use_cpu"]
+# 4.x paired --adafactor with zero_dp_2 too (fairscale's FSDP then fed it flat shards, so it
+# trained unfactored); FSDP2's DTensor shards train what unsharded Adafactor trains.
+LEGACY_RUNS = {"legacy": "simple", "legacy-zero_dp_2": "zero_dp_2"}
 
 
 def _port(source: str) -> str:
@@ -71,8 +74,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     for name, command in (
         ("stock", [*TORCHRUN, str(ported), *data, *COMMON, *STOCK]),
         ("migrated", [*TORCHRUN, str(migrated), *data, *COMMON, *STOCK]),
-        ("legacy", [sys.executable, "-m", "shardcompat", "run", "--nproc", "2", str(SCRIPT), *data, *COMMON,
-                    "--adafactor", "--evaluation_strategy", "steps", "--sharded_ddp", "simple"]),
+        *((name, [sys.executable, "-m", "shardcompat", "run", "--nproc", "2", str(SCRIPT), *data, *COMMON,
+                  "--adafactor", "--evaluation_strategy", "steps", "--sharded_ddp", sharded_ddp])
+          for name, sharded_ddp in LEGACY_RUNS.items()),
     ):
         results[name] = _run([*command, "--output_dir", str(root / name)], root / name)
     return results
@@ -81,7 +85,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.skipif(LEGACY_RELEASE, reason="this release has the 4.x API itself: nothing to serve or migrate")
-@pytest.mark.parametrize("name", ["legacy", "migrated"])
+@pytest.mark.parametrize("name", [*LEGACY_RUNS, "migrated"])
 def test_the_project_trains_as_its_hand_port_unchanged_and_migrated(runs: dict[str, Any], name: str) -> None:
     stock, other = _results(runs, "stock"), _results(runs, name)
     for a, b in zip(stock, other):  # each rank's own micro-batches, dropout on
@@ -95,8 +99,11 @@ def test_the_project_trains_as_its_hand_port_unchanged_and_migrated(runs: dict[s
     weights = [transformers.T5ForConditionalGeneration.from_pretrained(runs[n]["out"] / "final").state_dict()
                for n in ("stock", name)]
     assert max(float((weights[0][k] - weights[1][k]).abs().max()) for k in weights[0]) <= 1e-5
-    if name == "legacy":  # sharded: each rank held half of the optimizer state
-        assert any(n in ("OSS", "ZeroRedundancyOptimizer") for n in other[0]["optimizer"]), other[0]["optimizer"]
+    if name in LEGACY_RUNS:  # sharded: each rank held half of the optimizer state
+        if name == "legacy":
+            assert any(n in ("OSS", "ZeroRedundancyOptimizer") for n in other[0]["optimizer"]), other[0]["optimizer"]
+        else:  # stepping FSDP2's DTensor shards
+            assert "torch-fsdp2" in runs[name]["output"], runs[name]["output"][-2000:]
         for spelling in ("LabelSmoothedTrainer.compute_loss(self, model, inputs", "as_target_tokenizer",
                          "transformers.utils.is_offline_mode", "8 positional arguments"):
             assert spelling in runs[name]["output"], spelling
