@@ -33,7 +33,15 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from .legacy_table import GONE_MODULES, SURFACE, SURVEYED_MODULES, Home, Removed, Served
+from .legacy_table import (
+    GONE_MODULES,
+    SURFACE,
+    SURVEYED_MODULES,
+    Home,
+    Removed,
+    Served,
+    reexport_row,
+)
 
 __all__ = ["LegacyNameGone", "LegacyNameRefused", "install", "refusal", "resolve", "row_for"]
 
@@ -128,6 +136,20 @@ def refusal(spelling: str, r: Removed) -> Exception:
                f"({r.reason}); {what} (every name: {DOCS}).")
 
 
+def _at_origin(spelling: str) -> Any:
+    """A name a gone module re-exported, read where 4.30 imported it from (that module's own
+    legacy rows included); ``_ABSENT`` if it is not such a name or its origin no longer has it."""
+    r = reexport_row(spelling)
+    if r is None or r.target is None:
+        return _ABSENT
+    try:
+        value = resolve(r.target)
+    except (AttributeError, ImportError):  # gone at the origin too: the module's own row answers
+        return _ABSENT
+    _warn(spelling, r, stacklevel=4)
+    return value
+
+
 def _hook(module_name: str, module: types.ModuleType, previous: Callable[[str], Any] | None,
           served: bool) -> Callable[[str], Any]:
     """The module's ``__getattr__`` for the names it lacks; ``served``: the module is one the release
@@ -147,9 +169,13 @@ def _hook(module_name: str, module: types.ModuleType, previous: Callable[[str], 
             except AttributeError:
                 pass
         r = None if name.startswith("__") or name in known() else row_for(module_name, name)
+        spelling = f"{module_name}.{name}"
+        if r is None or r.served is Served.REFUSED:
+            value = _at_origin(spelling)
+            if value is not _ABSENT:
+                return value
         if r is None or r.home not in (Home.IMPORT, Home.NONE) or (r.pattern.endswith(".*") and not served):
             raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
-        spelling = f"{module_name}.{name}"
         if r.served is Served.REFUSED:
             raise refusal(spelling, r)
         target = r.target_for(spelling)

@@ -4,7 +4,7 @@ generated so it cannot drift (a test compares them)."""
 from __future__ import annotations
 
 from ._overrides import PROTOCOL, signature_text
-from .legacy_table import COVERAGE, ROWS, SURFACE, Kind, LegacyName, Removed, Served
+from .legacy_table import COVERAGE, REEXPORTS, ROWS, SURFACE, Kind, LegacyName, Removed, Served
 
 __all__ = ["legacy_reference"]
 
@@ -49,6 +49,12 @@ def _coverage() -> list[str]:
         "names a tree of scripts uses, by how many files use each, with its row here (it exits 1 on an "
         "unlisted one); the rows its scan of the 4.20-4.30 example scripts and of copied 4.27 Trainers "
         "added are in the last part of the table below.",
+        "",
+        f"The modules 5.x removed are served whole. What one of them imported from a module that still "
+        f"exists ({len(REEXPORTS)} names, read from the wheel: `legacy_survey WHEEL --reexports`, e.g. "
+        "`from transformers.data.processors.squad import PreTrainedTokenizerBase`) resolves where 4.30 imported "
+        "it from, with a FutureWarning naming that import; only where that module no longer has it either "
+        "does the removed module's own row answer.",
         "",
         "| module or class | removed | served | refused | unlisted |",
         "|---|---|---|---|---|",

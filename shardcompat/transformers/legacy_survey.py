@@ -292,6 +292,23 @@ def _absolute(module: str, stmt: ast.ImportFrom, path: str) -> str:
     return ".".join([*package, *(stmt.module.split(".") if stmt.module else [])])
 
 
+def reexports(wheel: Wheel) -> dict[str, str]:
+    """What the old release's gone modules imported from Transformers modules that are not gone,
+    ``{spelling: origin module}``: :data:`.legacy_table.REEXPORTS`, which serves each at its origin."""
+    from .legacy_table import GONE_MODULES
+
+    gone = {m.removeprefix("transformers.") for m in GONE_MODULES}
+    out: dict[str, str] = {}
+    for module in sorted(gone):
+        path = wheel.file(module)
+        if path is None:
+            continue
+        for name, origin in sorted(module_names(wheel.tree(module), module, init=path.endswith("__init__.py")).items()):
+            if origin and origin not in gone:
+                out[f"transformers.{module}.{name}"] = _module_name(origin)
+    return out
+
+
 def _wheel_class(wheel: Wheel, name: str, module: str) -> ClassSurface:
     """A class and its bases (those defined in the wheel), merged."""
     out = ClassSurface()
@@ -452,7 +469,7 @@ class Coverage:
 
 def coverage(wheel: Wheel, installed: dict[str, Any] | None = None) -> Coverage:
     """Every removed name of ``wheel`` with the table's row for it, and those no row covers."""
-    from .legacy_table import lookup
+    from .legacy_table import Served, lookup
 
     data = installed if installed is not None else installed_surface()
     found = removed(wheel, data)
@@ -460,11 +477,33 @@ def coverage(wheel: Wheel, installed: dict[str, Any] | None = None) -> Coverage:
     unlisted: list[Name] = []
     for n in found:
         r = lookup(n)
+        if r is None or r.served is Served.REFUSED:
+            r = _served_at_origin(n, data) or r
         if r is None:
             unlisted.append(n)
         else:
             rows[n] = r
     return Coverage(wheel.version, str(data["version"]), found, rows, unlisted)
+
+
+def _served_at_origin(n: Name, data: dict[str, Any]) -> Any:
+    """The re-export row of a gone module's name whose origin still has it, or serves it by its
+    own row (what the legacy layer does at run time), or None."""
+    from .legacy_table import REEXPORTS, Served, lookup, reexport_row
+
+    r = reexport_row(n.spelling)
+    if r is None:
+        return None
+    origin = REEXPORTS[n.spelling]
+    if origin in data["modules"]:
+        has = n.name in data["modules"][origin]
+    else:
+        try:
+            has = hasattr(importlib.import_module(origin), n.name)
+        except ImportError:
+            has = False
+    at = None if has else lookup(Name(origin, n.name))
+    return r if has or (at is not None and at.served is not Served.REFUSED) else None
 
 
 def _lines(names: Iterable[Name]) -> Iterator[str]:
@@ -484,11 +523,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--refresh", action="store_true", help="survey the installed release again (no cache)")
     parser.add_argument("--coverage", action="store_true",
                         help="the counts per module and class, as legacy_table.COVERAGE records them")
+    parser.add_argument("--reexports", action="store_true",
+                        help="what the gone modules re-exported, as legacy_table.REEXPORTS records it")
     args = parser.parse_args(argv)
     if not Path(args.wheel).is_file():
         parser.error(f"{args.wheel}: no such wheel; get one with "
                      "`pip download transformers==4.30.2 --no-deps -d DIR`")
     wheel = Wheel(args.wheel)
+    if args.reexports:
+        print("REEXPORTS: dict[str, str] = {" + "".join(f"\n    {k!r}: {v!r}," for k, v in reexports(wheel).items())
+              + "\n}")
+        return 0
     cov = coverage(wheel, installed_surface(refresh=args.refresh))
     if args.coverage:
         rows = "".join(f"\n        {where!r}: {counts!r}," for where, counts in cov.by_where().items())

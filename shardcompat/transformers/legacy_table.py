@@ -27,8 +27,8 @@ import dataclasses
 import enum
 from typing import Any, Optional
 
-__all__ = ["DATASETS_LOADERS", "FIELDS", "GONE_MODULES", "NOT_GIVEN", "ROWS", "SURVEYED_MODULES", "Kind", "LegacyName",
-           "Served", "by_kind", "loader_callees", "precise_family", "row"]
+__all__ = ["DATASETS_LOADERS", "FIELDS", "GONE_MODULES", "NOT_GIVEN", "REEXPORTS", "ROWS", "SURVEYED_MODULES", "Kind",
+           "LegacyName", "Served", "by_kind", "loader_callees", "precise_family", "reexport_row", "row"]
 
 
 class Kind(str, enum.Enum):
@@ -339,6 +339,8 @@ _I, _C, _T, _A, _RL, _NO = Home.IMPORT, Home.CLASS, Home.TRAINER, Home.ARGUMENTS
 #: are served from there (the value is the module to import from today).
 MOVED: dict[str, str] = {
     "transformers.data.data_collator.BertTokenizer": "transformers",
+    # 4.30 imported it from models.bert.tokenization_bert (REEXPORTS), where 5.x no longer has it
+    "transformers.data.processors.squad.whitespace_tokenize": "transformers.models.bert.tokenization_bert_legacy",
     "transformers.file_utils.is_torch_tpu_available": "transformers.utils",
     "transformers.modeling_utils.BitsAndBytesConfig": "transformers",
     "transformers.modeling_utils.Conv1D": "transformers.pytorch_utils",
@@ -992,16 +994,16 @@ COVERAGE: dict[str, Any] = {
         "transformers.data": (20, 19, 1, 0),
         "transformers.data.data_collator": (6, 3, 3, 0),
         "transformers.data.datasets": (9, 9, 0, 0),
-        "transformers.data.datasets.glue": (10, 7, 3, 0),
-        "transformers.data.datasets.language_modeling": (9, 5, 4, 0),
-        "transformers.data.datasets.squad": (13, 7, 6, 0),
-        "transformers.data.metrics": (8, 5, 3, 0),
-        "transformers.data.metrics.squad_metrics": (19, 16, 3, 0),
+        "transformers.data.datasets.glue": (10, 9, 1, 0),
+        "transformers.data.datasets.language_modeling": (9, 7, 2, 0),
+        "transformers.data.datasets.squad": (13, 10, 3, 0),
+        "transformers.data.metrics": (8, 7, 1, 0),
+        "transformers.data.metrics.squad_metrics": (19, 18, 1, 0),
         "transformers.data.processors": (16, 16, 0, 0),
-        "transformers.data.processors.glue": (23, 18, 5, 0),
-        "transformers.data.processors.squad": (19, 11, 8, 0),
-        "transformers.data.processors.utils": (8, 4, 4, 0),
-        "transformers.data.processors.xnli": (8, 6, 2, 0),
+        "transformers.data.processors.glue": (23, 21, 2, 0),
+        "transformers.data.processors.squad": (19, 17, 2, 0),
+        "transformers.data.processors.utils": (8, 7, 1, 0),
+        "transformers.data.processors.xnli": (8, 7, 1, 0),
         "transformers.deepspeed": (15, 15, 0, 0),
         "transformers.file_utils": (29, 26, 3, 0),
         "transformers.modeling_utils": (45, 26, 19, 0),
@@ -1029,6 +1031,52 @@ SURVEYED_MODULES += _GONE_DATA
 #: 4.x modules the installed release no longer has, served as modules of forwarding names.
 GONE_MODULES = ("transformers.deepspeed", "transformers.generation_utils", *_GONE_DATA)
 _TODAYS_MODULES = frozenset(SURVEYED_MODULES) - frozenset(GONE_MODULES)
+#: What the gone modules imported from Transformers modules that are not gone (spelling -> the
+#: module 4.30 imported it from), generated from the 4.30.2 wheel (``python -m
+#: shardcompat.transformers.legacy_survey WHEEL --reexports``; the wheel test checks it).  Where no
+#: row serves such a name, it resolves at that origin, through the legacy layer's rows there, and
+#: only where the origin no longer has it does the module's own row answer.
+REEXPORTS: dict[str, str] = {
+    "transformers.data.datasets.glue.PreTrainedTokenizerBase": "transformers.tokenization_utils_base",
+    "transformers.data.datasets.glue.logging": "transformers.utils",
+    "transformers.data.datasets.language_modeling.PreTrainedTokenizer": "transformers.tokenization_utils",
+    "transformers.data.datasets.language_modeling.logging": "transformers.utils",
+    "transformers.data.datasets.squad.MODEL_FOR_QUESTION_ANSWERING_MAPPING": "transformers.models.auto.modeling_auto",
+    "transformers.data.datasets.squad.PreTrainedTokenizer": "transformers.tokenization_utils",
+    "transformers.data.datasets.squad.logging": "transformers.utils",
+    "transformers.data.metrics.is_sklearn_available": "transformers.utils",
+    "transformers.data.metrics.requires_backends": "transformers.utils",
+    "transformers.data.metrics.squad_metrics.BasicTokenizer": "transformers.models.bert",
+    "transformers.data.metrics.squad_metrics.logging": "transformers.utils",
+    "transformers.data.processors.glue.PreTrainedTokenizer": "transformers.tokenization_utils",
+    "transformers.data.processors.glue.is_tf_available": "transformers.utils",
+    "transformers.data.processors.glue.logging": "transformers.utils",
+    "transformers.data.processors.squad.BatchEncoding": "transformers.tokenization_utils_base",
+    "transformers.data.processors.squad.PreTrainedTokenizerBase": "transformers.tokenization_utils_base",
+    "transformers.data.processors.squad.TruncationStrategy": "transformers.tokenization_utils_base",
+    "transformers.data.processors.squad.is_tf_available": "transformers.utils",
+    "transformers.data.processors.squad.is_torch_available": "transformers.utils",
+    "transformers.data.processors.squad.logging": "transformers.utils",
+    "transformers.data.processors.squad.whitespace_tokenize": "transformers.models.bert.tokenization_bert",
+    "transformers.data.processors.utils.is_tf_available": "transformers.utils",
+    "transformers.data.processors.utils.is_torch_available": "transformers.utils",
+    "transformers.data.processors.utils.logging": "transformers.utils",
+    "transformers.data.processors.xnli.logging": "transformers.utils",
+    "transformers.deepspeed.dep_version_check": "transformers.dependency_versions_check",
+    "transformers.deepspeed.is_accelerate_available": "transformers.utils",
+    "transformers.deepspeed.is_torch_available": "transformers.utils",
+    "transformers.deepspeed.logging": "transformers.utils",
+}
+
+
+def reexport_row(spelling: str) -> Removed | None:
+    """The row serving a name a gone module re-exported (:data:`REEXPORTS`) at its origin, or None."""
+    origin = REEXPORTS.get(spelling)
+    if origin is None:
+        return None
+    name = spelling.rsplit(".", 1)[-1]
+    return Removed(spelling, R, f"from {origin} import {name}", f"4.30 imported it here from {origin}",
+                   target=f"{origin}:{name}")
 
 
 def precise_family(r: Removed) -> bool:

@@ -186,3 +186,56 @@ def test_every_module_row_imports_through_the_shim_as_its_row_says() -> None:
 
     wrong = json.loads(out.stdout.strip().splitlines()[-1])
     assert not wrong, "\n".join(f"{p}: {why}" for p, why in wrong)
+
+
+_REEXPORTS = r"""
+import importlib, json, warnings
+from shardcompat.transformers._legacy import install
+from shardcompat.transformers._legacy_imports import resolve, row_for
+from shardcompat.transformers.legacy_table import GONE_MODULES, REEXPORTS
+def at_origin(origin, name):
+    try:
+        return hasattr(importlib.import_module(origin), name)
+    except ImportError:
+        return False
+before = {s: at_origin(o, s.rsplit(".", 1)[1]) for s, o in REEXPORTS.items()}
+install()
+wrong, counts = [], {"origin": 0, "origin's row": 0}
+for spelling, origin in REEXPORTS.items():
+    module, _, name = spelling.rpartition(".")
+    if module not in GONE_MODULES:
+        wrong.append([spelling, "not a name of a removed module"])
+        continue
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            value = getattr(importlib.import_module(module), name)
+        except ImportError as error:  # the origin lost it and no row serves it: the codemod would move it there
+            wrong.append([spelling, "refused: " + str(error)])
+            continue
+    own = row_for(module, name)  # a row of its own comes first (the origin lost the name)
+    target = own.target_for(spelling) if own is not None and own.target else f"{origin}:{name}"
+    if value is not resolve(target):
+        wrong.append([spelling, "not the object its origin (or its own row) has"])
+    elif not any(f" import {name} " in str(w.message) for w in caught):  # the origin, or a row's home
+        wrong.append([spelling, "no FutureWarning naming an import of it"])
+    counts["origin" if before[spelling] else "origin's row"] += 1
+print(json.dumps([wrong, counts]))
+"""
+
+
+@on_a_4x_release
+@pytest.mark.timeout(120)
+def test_what_a_removed_module_re_exported_resolves_at_its_origin() -> None:
+    """Every name of REEXPORTS (read from the 4.30.2 wheel) is served: the object the module 4.30
+    imported it from has today (or serves by its own row), with a FutureWarning naming an import
+    of it.  Where the origin lost it, a row of its own must say where it lives (as for
+    ``whitespace_tokenize``), since ``shardcompat-migrate`` moves the import to what serves it."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", _REEXPORTS], capture_output=True, text=True, env=env, timeout=110)
+    assert out.returncode == 0, out.stderr[-3000:]
+    import json
+
+    wrong, counts = json.loads(out.stdout.strip().splitlines()[-1])
+    assert not wrong, "\n".join(f"{p}: {why}" for p, why in wrong)
+    assert counts["origin"] >= 20, counts  # the tokenizer classes, logging, the availability checks...

@@ -49,3 +49,14 @@ def test_auto_model_with_lm_head_chooses_as_the_wheel_did() -> None:
     from shardcompat.transformers.legacy_table import LM_HEAD_MODELS
 
     assert lm_head_models(Wheel(WHEEL)) == LM_HEAD_MODELS
+
+
+@pytest.mark.skipif(not os.path.isfile(WHEEL), reason="no 4.30.2 wheel (SHARDCOMPAT_LEGACY_WHEEL); "
+                    "nox -s legacy_survey downloads it")
+def test_the_re_exports_of_the_removed_modules_are_the_wheels() -> None:
+    from shardcompat.transformers.legacy_survey import reexports
+    from shardcompat.transformers.legacy_table import REEXPORTS
+
+    found = reexports(Wheel(WHEEL))
+    assert found, "the survey found no re-export: it no longer reads the wheel"
+    assert found == REEXPORTS, "regenerate with: python -m shardcompat.transformers.legacy_survey WHEEL --reexports"

@@ -3,7 +3,8 @@
 The rows are :data:`shardcompat.transformers.legacy_table.SURFACE` (each names one 4.30 spelling
 and what serves it), the table ``shardcompat run`` serves them by:
 
-- a name 4.30 re-exported from a module that still has it, or whose value lives elsewhere
+- a name 4.30 re-exported from a module that still has it (``REEXPORTS``: what a removed module
+  imported, ``transformers.data.processors.squad.PreTrainedTokenizerBase``), or whose value lives elsewhere
   today under another name (``transformers.trainer.ALL_LAYERNORM_LAYERS``,
   ``transformers.deepspeed.*``, ``transformers.utils.is_offline_mode``), is imported from there
   (``as`` the old name where today's differs, so the uses stay);
@@ -40,6 +41,7 @@ from shardcompat.transformers.legacy_table import (
     Kind,
     Removed,
     precise_family,
+    reexport_row,
 )
 
 from ..base import Rule, dotted
@@ -74,6 +76,9 @@ def row_for(module: str, name: str) -> Removed | None:
         return exact
     if module in _ALIASES:
         return row_for(_ALIASES[module], name)
+    reexported = reexport_row(spelling)  # a removed module's import from a module that lives on
+    if reexported is not None:
+        return reexported
     return next((r for r in _FAMILIES if fnmatch.fnmatchcase(spelling, r.pattern)), None)
 
 
