@@ -34,7 +34,8 @@ from typing import Any
 
 from .legacy_table import SURVEYED_MODULES
 
-__all__ = ["CLASSES", "MODULES", "Name", "coverage", "installed_surface", "lm_head_models", "old_surface", "removed"]
+__all__ = ["CLASSES", "MODULES", "Name", "coverage", "installed_surface", "lm_head_models", "old_surface", "reexports",
+           "removed", "served_at_origin"]
 
 #: The modules whose public names are compared (``""`` is ``transformers`` itself).
 MODULES = tuple(m.removeprefix("transformers").lstrip(".") for m in SURVEYED_MODULES)
@@ -478,7 +479,7 @@ def coverage(wheel: Wheel, installed: dict[str, Any] | None = None) -> Coverage:
     for n in found:
         r = lookup(n)
         if r is None or r.served is Served.REFUSED:
-            r = _served_at_origin(n, data) or r
+            r = served_at_origin(n, data) or r
         if r is None:
             unlisted.append(n)
         else:
@@ -486,7 +487,7 @@ def coverage(wheel: Wheel, installed: dict[str, Any] | None = None) -> Coverage:
     return Coverage(wheel.version, str(data["version"]), found, rows, unlisted)
 
 
-def _served_at_origin(n: Name, data: dict[str, Any]) -> Any:
+def served_at_origin(n: Name, data: dict[str, Any]) -> Any:
     """The re-export row of a gone module's name whose origin still has it, or serves it by its
     own row (what the legacy layer does at run time), or None."""
     from .legacy_table import REEXPORTS, Served, lookup, reexport_row

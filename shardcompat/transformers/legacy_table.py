@@ -1001,7 +1001,7 @@ COVERAGE: dict[str, Any] = {
         "transformers.data.metrics.squad_metrics": (19, 18, 1, 0),
         "transformers.data.processors": (16, 16, 0, 0),
         "transformers.data.processors.glue": (23, 21, 2, 0),
-        "transformers.data.processors.squad": (19, 17, 2, 0),
+        "transformers.data.processors.squad": (19, 18, 1, 0),
         "transformers.data.processors.utils": (8, 7, 1, 0),
         "transformers.data.processors.xnli": (8, 7, 1, 0),
         "transformers.deepspeed": (15, 15, 0, 0),

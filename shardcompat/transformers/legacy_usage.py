@@ -30,7 +30,15 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .legacy_survey import Name, Wheel, _installed_has, installed_surface, module_names, old_surface
+from .legacy_survey import (
+    Name,
+    Wheel,
+    _installed_has,
+    installed_surface,
+    module_names,
+    old_surface,
+    served_at_origin,
+)
 
 __all__ = ["Use", "main", "names_used", "usage"]
 
@@ -132,7 +140,7 @@ def _family(name: Name) -> Any:
 
 def usage(paths: Iterable[Path], wheel: Wheel | None = None) -> list[Use]:
     """Every name the files use that the installed release lacks, most used first."""
-    from .legacy_table import lookup
+    from .legacy_table import Served, lookup
 
     installed = installed_surface()
     origins = {(n.where, n.name): n for n in old_surface(wheel)} if wheel is not None else {}
@@ -151,6 +159,8 @@ def usage(paths: Iterable[Path], wheel: Wheel | None = None) -> list[Use]:
         if _has(installed, name):
             continue
         row = lookup(name)
+        if row is None or row.served is Served.REFUSED:
+            row = served_at_origin(name, installed) or row  # what a removed module re-exported
         out.append(Use(name, sorted(where), row if row is not None or wheel is not None else _family(name)))
     return sorted(out, key=lambda u: (-len(u.files), u.name.spelling))
 
