@@ -18,8 +18,11 @@ session runs the same suite and the skips say what that combination cannot do.
 
 from __future__ import annotations
 
+import os
 import re
+import time
 from pathlib import Path
+from typing import Any
 
 import nox
 
@@ -64,8 +67,20 @@ def _install(session: nox.Session, torch: str = DEFAULT_TORCH, fairscale: str | 
         session.install("--no-build-isolation", f"fairscale=={fairscale}")
 
 
+def _timed_run(session: nox.Session, *args: str, **kwargs: Any) -> None:
+    """``session.run`` a test command, its wall time recorded for ``.ci/run``'s table."""
+    start = time.monotonic()
+    try:
+        session.run(*args, **kwargs)
+    finally:
+        record = os.environ.get("SHARDCOMPAT_CI_TIMES")
+        if record:
+            with open(record, "a") as out:
+                out.write(f"{session.name}\ttests\t{time.monotonic() - start:.1f}\n")
+
+
 def _pytest(session: nox.Session, *default: str) -> None:
-    session.run("python", "-m", "pytest", *(session.posargs or default))
+    _timed_run(session, "python", "-m", "pytest", *(session.posargs or default))
     # What this combination serves, for docs/compatibility.md (see `matrix_check`).
     record = ".matrix/" + re.sub(r"[^\w.]+", "-", session.name).strip("-") + ".json"
     session.run("python", "-m", "shardcompat.matrix", "collect", "--out", record)
@@ -73,9 +88,9 @@ def _pytest(session: nox.Session, *default: str) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The default suite: what CI and the README run."""
+    """The default suite: what CI and the README run (with its 30 slowest tests at the end)."""
     _install(session)
-    _pytest(session)
+    _pytest(session, "--durations=30")
 
 
 @nox.session
@@ -103,10 +118,10 @@ def reliability(session: nox.Session) -> None:
     """The long reliability suite: grammar fuzz, dying ranks, migrate over torch's and fairscale's sources,
     and the attacks that a checkpoint from elsewhere must not get through."""
     _install(session, fairscale=FAIRSCALE_VERSIONS[-1])  # fairscale's files join the migrate corpus
-    session.run("python", "-m", "pytest", "-m", "reliability and not multinode",
+    _timed_run(session, "python", "-m", "pytest", "-m", "reliability and not multinode",
                 *(session.posargs or ["tests/reliability"]))
     if not session.posargs:  # the attacks on untrusted checkpoints (issue 33), also in the default suite
-        session.run("python", "-m", "pytest", *SECURITY)
+        _timed_run(session, "python", "-m", "pytest", *SECURITY)
 
 
 @nox.session
@@ -116,7 +131,7 @@ def multinode(session: nox.Session) -> None:
     Trainer script; with tests/test_resume.py's and the reliability suite's torchrun kill tests.
     CPU and gloo only: what is verified where is in docs/compatibility.md."""
     _install(session)
-    session.run("python", "-m", "pytest", "-m", "multinode", *(session.posargs or [
+    _timed_run(session, "python", "-m", "pytest", "-m", "multinode", *(session.posargs or [
         "tests/multinode", "tests/test_resume.py", "tests/reliability/test_restarts.py",
         "tests/reliability/test_kill_on_appearance.py", "tests/reliability/test_trainer_kill_on_appearance.py",
         "-q"]))
@@ -135,7 +150,7 @@ def transformers(session: nox.Session, transformers: str) -> None:
     if TRANSFORMERS_RELEASES[transformers]:
         session.install(*TRANSFORMERS_RELEASES[transformers])
     session.env["SHARDCOMPAT_TRANSFORMERS_GRID"] = "full"
-    session.run("python", "-m", "pytest", *(session.posargs or ["tests/transformers", "-q"]))
+    _timed_run(session, "python", "-m", "pytest", *(session.posargs or ["tests/transformers", "-q"]))
 
 
 @nox.session
@@ -143,7 +158,7 @@ def precision(session: nox.Session) -> None:
     """tests/transformers/test_precision_run.py's whole grid on the current Transformers (10-18 minutes)."""
     _install(session)
     session.env["SHARDCOMPAT_PRECISION_GRID"] = "full"
-    session.run("python", "-m", "pytest", *(session.posargs or ["tests/transformers/test_precision_run.py", "-q"]))
+    _timed_run(session, "python", "-m", "pytest", *(session.posargs or ["tests/transformers/test_precision_run.py", "-q"]))
 
 
 @nox.session
@@ -169,16 +184,16 @@ def matrix_check(session: nox.Session) -> None:
 def docs(session: nox.Session) -> None:
     """The documentation, warnings as errors (the option reference is generated from the code)."""
     session.install("-r", "docs/requirements.txt")  # conf.py imports shardcompat from the tree
-    session.run("sphinx-build", "-W", "--keep-going", "-q", "-b", "html", "docs", "docs/_build/html")
+    _timed_run(session, "sphinx-build", "-W", "--keep-going", "-q", "-b", "html", "docs", "docs/_build/html")
 
 
 @nox.session
 def lint(session: nox.Session) -> None:
     session.install("ruff", "mypy", f"torch=={DEFAULT_TORCH}", "-e", ".[test]")
-    session.run("ruff", "check", "shardcompat", "codemods", "tests", "benchmarks", "examples", ".ci",
-                "noxfile.py")
-    session.run("mypy")
-    session.run("mypy", "examples", ".ci/import_all.py")
+    _timed_run(session, "ruff", "check", "shardcompat", "codemods", "tests", "benchmarks", "examples", ".ci",
+               "noxfile.py")
+    _timed_run(session, "mypy")
+    _timed_run(session, "mypy", "examples", ".ci/import_all.py")
 
 
 @nox.session
@@ -189,8 +204,8 @@ def legacy_survey(session: nox.Session) -> None:
     wheels = Path(session.create_tmp()) / "wheels"
     session.run("python", "-m", "pip", "download", "transformers==4.30.2", "--no-deps", "-q", "-d", str(wheels))
     wheel = next(wheels.glob("transformers-4.30.2-*.whl"))
-    session.run("python", "-m", "pytest", "-q", "tests/transformers/test_legacy_table_wheel.py",
-                env={"SHARDCOMPAT_LEGACY_WHEEL": str(wheel)})
+    _timed_run(session, "python", "-m", "pytest", "-q", "tests/transformers/test_legacy_table_wheel.py",
+               env={"SHARDCOMPAT_LEGACY_WHEEL": str(wheel)})
 
 
 @nox.session
