@@ -1,8 +1,8 @@
 """A refusal raised in a rank before training prints once, without a traceback, and exits 2.
 
 Real commands, 2 gloo ranks: ``shardcompat train`` resuming a checkpoint of another model, and
-``shardcompat run`` of a 4.30-era Trainer script with ``--sharded_ddp zero_dp_2 --adafactor``
-(refused by the backend) or a bad option string (refused before any rank starts).
+``shardcompat run`` of a 4.30-era Trainer script with ``--adafactor`` on FSDP1's flat shards
+(``--sharded_ddp "zero_dp_2 backend=torch-fsdp1"``, refused by the backend) or a bad option string (refused before any rank starts).
 """
 
 from __future__ import annotations
@@ -45,10 +45,10 @@ def test_train_resuming_a_checkpoint_of_another_model_is_refused_once(tmp_path: 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_run_adafactor_on_zero_dp_2_is_refused_once_by_the_parent(tmp_path: Path) -> None:
+def test_run_adafactor_on_flat_shards_is_refused_once_by_the_parent(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     done = _run("run", "--nproc", "2", str(SCRIPT), "--output_dir", str(tmp_path), "--do_train", "--max_steps",
-                "2", "--report_to", "none", "--sharded_ddp", "zero_dp_2", "--adafactor")
+                "2", "--report_to", "none", "--sharded_ddp", "zero_dp_2 backend=torch-fsdp1", "--adafactor")
     _one_clean_message(done, "cannot train Adafactor")
     assert done.stderr.strip().splitlines()[-1].startswith("shardcompat run: error: --sharded_ddp: ")
 
