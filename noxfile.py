@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -56,15 +57,36 @@ TRANSFORMERS_RELEASES = {"current": (), "current-fairscale": (),
                          "4.34.1": ("transformers==4.34.1", "accelerate==0.27.2", "datasets==2.14.7", "pandas<3")}
 
 
-def _install(session: nox.Session, torch: str = DEFAULT_TORCH, fairscale: str | None = None) -> None:
-    session.install(f"torch=={torch}")
-    session.install("-e", ".[test]")
+def _pip(session: nox.Session, *args: str) -> None:
+    """``pip install`` into the session's venv; under ``nox --no-venv``, into the active venv.
+
+    ``.ci/run`` makes one venv and runs every session in it (``--no-venv``): a venv per session
+    installed torch and the test extras afresh each time, a minute of each session.  Each session
+    still brings that venv to its own packages (below), so it tests what its own venv would hold.
+    """
+    if session.venv_backend != "none":
+        session.install(*args)
+        return
+    active = os.environ.get("VIRTUAL_ENV")
+    python = shutil.which("python")
+    if not active or not python or Path(python).parent != Path(active) / "bin":  # a venv's python is a link
+        session.error("nox --no-venv installs into the active venv only, never the system Python: "
+                      "activate one first (.ci/run does: python3 -m venv .ci-venv)")
+    session.run("python", "-m", "pip", "install", "-q", *args)
+
+
+def _install(session: nox.Session, *packages: str, torch: str = DEFAULT_TORCH,
+             fairscale: str | None = None) -> None:
+    _pip(session, f"torch=={torch}")
+    _pip(session, "-e", ".[test]", *packages)
     if fairscale:
         # fairscale builds from source against the installed torch (no build isolation, which
         # would fetch another torch); before 0.4 it uses numpy without declaring it.  Every
         # release builds with the setuptools torch itself needs (>= 77 for torch 2.13/2.14).
-        session.install("setuptools", "wheel", "numpy")
-        session.install("--no-build-isolation", f"fairscale=={fairscale}")
+        _pip(session, "setuptools", "wheel", "numpy")
+        _pip(session, "--no-build-isolation", f"fairscale=={fairscale}")
+    elif session.venv_backend == "none":  # a shared venv's earlier session may have installed it
+        session.run("python", "-m", "pip", "uninstall", "-q", "-y", "fairscale")
 
 
 def _timed_run(session: nox.Session, *args: str, **kwargs: Any) -> None:
@@ -148,7 +170,8 @@ def transformers(session: nox.Session, transformers: str) -> None:
     """
     _install(session, fairscale=FAIRSCALE_VERSIONS[-1] if transformers.endswith("fairscale") else None)
     if TRANSFORMERS_RELEASES[transformers]:
-        session.install(*TRANSFORMERS_RELEASES[transformers])
+        # Under .ci/run's one venv this release stays installed: .ci/run runs this session last.
+        _pip(session, *TRANSFORMERS_RELEASES[transformers])
     session.env["SHARDCOMPAT_TRANSFORMERS_GRID"] = "full"
     _timed_run(session, "python", "-m", "pytest", *(session.posargs or ["tests/transformers", "-q"]))
 
@@ -183,13 +206,13 @@ def matrix_check(session: nox.Session) -> None:
 @nox.session
 def docs(session: nox.Session) -> None:
     """The documentation, warnings as errors (the option reference is generated from the code)."""
-    session.install("-r", "docs/requirements.txt")  # conf.py imports shardcompat from the tree
+    _pip(session, "-r", "docs/requirements.txt")  # conf.py imports shardcompat from the tree
     _timed_run(session, "sphinx-build", "-W", "--keep-going", "-q", "-b", "html", "docs", "docs/_build/html")
 
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    session.install("ruff", "mypy", f"torch=={DEFAULT_TORCH}", "-e", ".[test]")
+    _install(session, "ruff", "mypy")
     _timed_run(session, "ruff", "check", "shardcompat", "codemods", "tests", "benchmarks", "examples", ".ci",
                "noxfile.py")
     _timed_run(session, "mypy")
@@ -199,8 +222,7 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def legacy_survey(session: nox.Session) -> None:
     """Every public name of Transformers 4.30.2 the installed release lacks has a row in the legacy table."""
-    _install(session)
-    session.install("transformers")
+    _install(session, "transformers")
     wheels = Path(session.create_tmp()) / "wheels"
     session.run("python", "-m", "pip", "download", "transformers==4.30.2", "--no-deps", "-q", "-d", str(wheels))
     wheel = next(wheels.glob("transformers-4.30.2-*.whl"))
