@@ -2,7 +2,8 @@
 
 Real commands, 2 gloo ranks: ``shardcompat train`` resuming a checkpoint of another model, and
 ``shardcompat run`` of a 4.30-era Trainer script with ``--adafactor`` on FSDP1's flat shards
-(``--sharded_ddp "zero_dp_2 backend=torch-fsdp1"``, refused by the backend) or a bad option string (refused before any rank starts).
+(``--sharded_ddp "zero_dp_2 backend=torch-fsdp1"``, refused by the backend) or a bad option
+string (refused before any rank starts).
 """
 
 from __future__ import annotations
