@@ -1,4 +1,4 @@
-"""The local launcher: the environment each rank sees (failures: tests/test_failures.py)."""
+"""The local launcher: the environment each rank sees (failures: tests/test_launch_failures.py)."""
 
 from __future__ import annotations
 
