@@ -285,6 +285,10 @@ METRIC = {"run_glue_legacy.py": "eval_accuracy", "run_glue_dataset_legacy.py": "
           "run_translation_legacy.py": "eval_gen_len",
           "run_clm_datasets_legacy.py": "eval_accuracy"}
 RUNS = [(script, sharding) for script in SCRIPT_ASSETS for sharding in SHARDINGS]
+# The module fixture starts every run, one after another (about 12 s each on 2 idle cores), inside
+# the first test's time limit: 60 s a run, so that a busy machine (two pytest workers, another
+# job) does not stop it half-way.  A run that hangs still stops at its own 600 s (_run).
+pytestmark = pytest.mark.timeout(60 * (len(SCRIPT_ASSETS) + len(RUNS)))
 # Evaluations with a loss, at steps 2 and 4: SQuAD's dev features carry no answer, so none there
 EVAL_LOSSES = {"run_squad_dataset_legacy.py": 0}
 
