@@ -8,8 +8,11 @@ They run once, in the default suite: they do not depend on fairscale, so the fai
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -38,8 +41,6 @@ def test_train_refuses_bad_numbers_in_one_line_without_a_traceback(argv: list[st
 
 
 def test_explain_into_a_closed_pipe_ends_quietly() -> None:
-    import os
-
     read, write = os.pipe()
     os.close(read)  # as `| head -1` does once it has its line
     try:
@@ -54,8 +55,6 @@ TRAIN_FOREVER = [sys.executable, "-m", "shardcompat", "train", "--model", "mlp",
 
 def _session(leader: int) -> list[str]:
     """The command lines of the processes in ``leader``'s session (the job and every process it started)."""
-    import os
-
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -75,8 +74,6 @@ def _start_at_a_terminal(command: list[str]) -> subprocess.Popen[str]:
     default action.  A job started in the background of a non-interactive shell (``nohup ... &``,
     as CI runners may start the suite) inherits SIGINT *ignored*, and Python keeps it ignored in
     the job and every rank: the Ctrl-C tests then wait for a job that never saw it."""
-    import signal
-
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
@@ -84,9 +81,6 @@ def _start_at_a_terminal(command: list[str]) -> subprocess.Popen[str]:
 
 def _interrupt(proc: subprocess.Popen[str]) -> str:
     """Ctrl-C as a terminal sends it (SIGINT to the whole foreground group); the job's stderr."""
-    import os
-    import signal
-
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     return err
@@ -117,8 +111,6 @@ def test_ctrl_c_during_train_exits_130_without_a_traceback() -> None:
 def test_ctrl_c_during_train_startup_exits_130_without_a_traceback(moment: str) -> None:
     """Ctrl-C the moment the forkserver exists (it imports torch then), or the ranks do (they set up
     the group and the model), found by watching the job's processes, not by sleeping."""
-    import time
-
     wanted = 1 if moment == "the forkserver imports torch" else 3  # the forkserver, then it and 2 ranks
     proc = _start_at_a_terminal(TRAIN_FOREVER)
     try:
