@@ -184,6 +184,7 @@ def transformers(session: nox.Session, transformers: str) -> None:
         # Under .ci/run's one venv this release stays installed: .ci/run runs this session last.
         _pip(session, *TRANSFORMERS_RELEASES[transformers])
     session.env["SHARDCOMPAT_TRANSFORMERS_GRID"] = "full"
+    # Two workers also with posargs: .ci/run gives both Trainer sessions their own selection.
     _timed_run(session, "python", "-m", "pytest", *WORKERS, *(session.posargs or ["tests/transformers", "-q"]))
 
 
