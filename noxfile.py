@@ -57,6 +57,17 @@ FAIRSCALE_TESTS = [
 # tests there prove that fairscale's probes and the facade change nothing a run draws (issue 38).
 TRANSFORMERS_RELEASES = {"current": (), "current-fairscale": (),
                          "4.34.1": ("transformers==4.34.1", "accelerate==0.27.2", "datasets==2.14.7", "pandas<3")}
+# On "current-fairscale", what fairscale can change runs whole: every mode's parity and random
+# streams with fairscale's probes, its own backends' cases, a 4.x subclass building fairscale's
+# OSS, what the legacy names say of fairscale.  Of the other files, the default session has
+# already run the lean grid on this release: only the full grid's additions run here
+# (tests/transformers/_grid.py).  Not test_legacy_migrated.py: its reference is the migrated
+# script on stock torchrun, which loads neither shardcompat nor fairscale, and its shardcompat
+# side is test_legacy_scripts.py's.
+TRAINER_FAIRSCALE_TESTS = [f"tests/transformers/{name}.py" for name in (
+    "test_trainer", "test_observing", "test_subclasses", "test_legacy_table_surface")]
+TRAINER_GRID_ADDITIONS = [f"tests/transformers/{name}.py" for name in (
+    "test_legacy_scripts", "test_legacy_resume", "test_run")]
 
 
 # Two pytest workers, each taking whole modules (a module's tests share its module-scoped
@@ -184,7 +195,12 @@ def transformers(session: nox.Session, transformers: str) -> None:
         # Under .ci/run's one venv this release stays installed: .ci/run runs this session last.
         _pip(session, *TRANSFORMERS_RELEASES[transformers])
     session.env["SHARDCOMPAT_TRANSFORMERS_GRID"] = "full"
-    # Two workers also with posargs: .ci/run gives both Trainer sessions their own selection.
+    if transformers == "current-fairscale" and not session.posargs:
+        _timed_run(session, "python", "-m", "pytest", *WORKERS, *TRAINER_FAIRSCALE_TESTS, "-q")
+        session.env["SHARDCOMPAT_TRANSFORMERS_GRID"] = "additions"
+        _timed_run(session, "python", "-m", "pytest", *WORKERS, *TRAINER_GRID_ADDITIONS, "-q")
+        return
+    # Two workers also with posargs: .ci/run gives the 4.34.1 session its own selection.
     _timed_run(session, "python", "-m", "pytest", *WORKERS, *(session.posargs or ["tests/transformers", "-q"]))
 
 

@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from .test_legacy_scripts import FULL, LEGACY_RELEASE, SCRIPT_ASSETS, SCRIPTS, _clm_assets, _run
+from ._grid import FULL
+from .test_legacy_scripts import LEGACY_RELEASE, SCRIPT_ASSETS, SCRIPTS, _clm_assets, _run
 
 transformers = pytest.importorskip("transformers", reason="needs transformers (pip install 'shardcompat[transformers]')")
 pytestmark = pytest.mark.skipif("run_clm_datasets_legacy.py" not in SCRIPT_ASSETS,

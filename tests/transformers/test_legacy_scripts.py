@@ -13,7 +13,7 @@ the installed Transformers' own classes under plain ``torchrun`` (DDP over gloo,
 The legacy script runs unmodified through ``shardcompat run --nproc 2`` with ``--sharded_ddp``;
 per-step losses, evaluations, generated metrics and saved weights must equal the reference's.
 The default run checks ``"zero_dp_3 auto_wrap"``; ``SHARDCOMPAT_TRANSFORMERS_GRID=full`` adds
-the bare flag and ``zero_dp_2``.  Models, tokenizers and data are built here; nothing is downloaded.
+the bare flag and ``zero_dp_2`` (``additions``: only those, see ``_grid``).  Models, tokenizers and data are built here; nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -28,13 +28,15 @@ from typing import Any
 
 import pytest
 
+from ._grid import FULL, LEAN
 from ._stock import TORCHRUN
 
 transformers = pytest.importorskip("transformers", reason="needs transformers (pip install 'shardcompat[transformers]')")
 
 SCRIPTS = Path(__file__).parent / "scripts"
-FULL = os.environ.get("SHARDCOMPAT_TRANSFORMERS_GRID") == "full"
-SHARDINGS = {"zero_dp_3-auto_wrap": ["zero_dp_3 auto_wrap"]}
+SHARDINGS: dict[str, list[str]] = {}
+if LEAN:
+    SHARDINGS["zero_dp_3-auto_wrap"] = ["zero_dp_3 auto_wrap"]
 if FULL:
     SHARDINGS.update({"bare-flag": [], "zero_dp_2": ["zero_dp_2"]})
 WORDS = [f"w{i}" for i in range(40)]

@@ -27,10 +27,10 @@ import pytest
 
 pytest.importorskip("transformers", reason="needs transformers (pip install 'shardcompat[transformers]')")
 
+from tests.transformers._grid import FULL
 from tests.transformers._stock import TORCHRUN
 
 SCRIPT = Path(__file__).parent / "scripts" / "observe_dropin.py"
-FULL = os.environ.get("SHARDCOMPAT_TRANSFORMERS_GRID") == "full"
 STEPS = 3
 MODES = ["simple", "zero_dp_3-auto_wrap", *(["zero_dp_2"] if FULL else [])]
 ARGS = [

@@ -22,8 +22,9 @@ import pytest
 
 pytest.importorskip("transformers", reason="needs transformers (pip install 'shardcompat[transformers]')")
 
+from ._grid import FULL, LEAN
+
 SCRIPT = Path(__file__).parent / "scripts" / "run_clm_legacy.py"
-FULL = os.environ.get("SHARDCOMPAT_TRANSFORMERS_GRID") == "full"
 COMMON = [
     "--do_train", "--do_eval", "--max_steps", "4", "--save_steps", "2", "--per_device_train_batch_size", "2",
     "--gradient_accumulation_steps", "2", "--logging_steps", "1", "--learning_rate", "5e-3", "--report_to", "none",
@@ -35,12 +36,14 @@ LAUNCHERS = {
                  "-m", "shardcompat.transformers"],
     "one-process": [sys.executable, "-m", "shardcompat", "run"],
 }
-RUNS = {
-    "bare-flag": ("shardcompat-run", ["--sharded_ddp"]),
-    "zero_dp_3-offload": ("torchrun", ["--sharded_ddp", "zero_dp_3", "offload", "--log_level", "info"]),
-}
+RUNS: dict[str, tuple[str, list[str]]] = {}
+if LEAN:
+    RUNS["bare-flag"] = ("shardcompat-run", ["--sharded_ddp"])
+    RUNS["zero_dp_3-offload"] = ("torchrun", ["--sharded_ddp", "zero_dp_3", "offload", "--log_level", "info"])
 if FULL:
     RUNS["one-process-zero_dp_2"] = ("one-process", ["--sharded_ddp", "zero_dp_2"])
+# The tests of the lean grid's two runs (under `additions`, the default suite has run them)
+LEAN_RUNS = pytest.mark.skipif(not LEAN, reason="the lean grid's runs: SHARDCOMPAT_TRANSFORMERS_GRID=additions")
 
 
 def _run(name: str, out: Path) -> dict[str, Any]:
@@ -74,7 +77,8 @@ def _manifest(out: Path) -> dict[str, Any]:
 @pytest.mark.timeout(1300)
 @pytest.mark.parametrize(
     ("name", "backend", "options", "world"),
-    [("bare-flag", "torch-zero", "simple", 2), ("zero_dp_3-offload", "torch-fsdp2", "zero_dp_3 offload", 2)]
+    ([("bare-flag", "torch-zero", "simple", 2), ("zero_dp_3-offload", "torch-fsdp2", "zero_dp_3 offload", 2)]
+     if LEAN else [])
     + ([("one-process-zero_dp_2", "torch-fsdp2", "zero_dp_2", 1)] if FULL else []),
 )
 def test_the_script_runs_to_completion_and_shards(runs: dict[str, dict[str, Any]], name: str, backend: str,
@@ -89,6 +93,7 @@ def test_the_script_runs_to_completion_and_shards(runs: dict[str, dict[str, Any]
 
 
 @pytest.mark.timeout(1300)
+@LEAN_RUNS
 def test_the_plan_is_logged_with_the_trainers_own_messages(runs: dict[str, dict[str, Any]]) -> None:
     output = runs["zero_dp_3-offload"]["output"]
     assert "***** Running training *****" in output, output[-4000:]
@@ -96,6 +101,7 @@ def test_the_plan_is_logged_with_the_trainers_own_messages(runs: dict[str, dict[
 
 
 @pytest.mark.timeout(1300)
+@LEAN_RUNS
 def test_the_bare_legacy_flag_warns_with_the_new_spelling(runs: dict[str, dict[str, Any]]) -> None:
     output = runs["bare-flag"]["output"]
     assert "FutureWarning: the bare --sharded_ddp flag is the legacy boolean form" in output, output[-4000:]
@@ -103,6 +109,7 @@ def test_the_bare_legacy_flag_warns_with_the_new_spelling(runs: dict[str, dict[s
 
 
 @pytest.mark.timeout(1300)
+@LEAN_RUNS
 def test_both_runs_train_the_same_model_as_ddp_would(runs: dict[str, dict[str, Any]]) -> None:
     """simple (DDP + ZeRO-1) and zero_dp_3 offload (FSDP2) do DDP's arithmetic: same losses, same weights."""
     import transformers
@@ -129,6 +136,7 @@ def _block(output: str) -> list[str]:
 
 
 @pytest.mark.timeout(1300)
+@LEAN_RUNS
 @pytest.mark.parametrize(
     ("name", "backend", "options", "params_share"),
     [("bare-flag", "torch-zero", "simple", 1.0), ("zero_dp_3-offload", "torch-fsdp2", "zero_dp_3 offload", 0.5)],

@@ -14,7 +14,6 @@ checkpoint pairs.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ import pytest
 pytest.importorskip("transformers", reason="the Trainer tests need transformers (pip install 'shardcompat[transformers]')")
 
 from shardcompat.launch import spawn
+from tests.transformers._grid import FULL
 from tests.transformers._runs import (
     ACCUMULATE,
     STEPS,
@@ -36,7 +36,6 @@ FP32_TOL = 1e-5
 BF16_TOL = 5e-2  # bf16 parameters (FSDP's mixed precision) against bf16 autocast (Accelerate's DDP)
 FP16_TOL = 1e-2  # relative: fp16 compute with a grad scaler against the reference
 STATE_TOL = 0.01  # of the model's bytes: Adam's step counters are a few bytes per parameter tensor
-FULL = os.environ.get("SHARDCOMPAT_TRANSFORMERS_GRID") == "full"
 
 LEAN = [
     Case("ddp-gpt2"),
