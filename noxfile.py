@@ -18,6 +18,7 @@ session runs the same suite and the skips say what that combination cannot do.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -79,12 +80,13 @@ TRAINER_GRID_ADDITIONS = [f"tests/transformers/{name}.py" for name in (
 WORKERS = ["-n", "2", "--dist", "loadscope"]
 
 
-def _pip(session: nox.Session, *args: str) -> None:
+def _pip(session: nox.Session, *args: str, keeps_base: bool = False) -> None:
     """``pip install`` into the session's venv; under ``nox --no-venv``, into the active venv.
 
     ``.ci/run`` makes one venv and runs every session in it (``--no-venv``): a venv per session
     installed torch and the test extras afresh each time, a minute of each session.  Each session
     still brings that venv to its own packages (below), so it tests what its own venv would hold.
+    ``keeps_base``: this install leaves the base install (``_base_stamp``) as it was.
     """
     if session.venv_backend != "none":
         session.install(*args)
@@ -95,18 +97,35 @@ def _pip(session: nox.Session, *args: str) -> None:
         session.error("nox --no-venv installs into the active venv only, never the system Python: "
                       "activate one first (.ci/run does: python3 -m venv .ci-venv)")
     session.run("python", "-m", "pip", "install", "-q", *args)
+    if not keeps_base:
+        _base_stamp().unlink(missing_ok=True)
+
+
+def _base_stamp() -> Path:
+    """In the shared venv: which torch and which tree ``_install`` last installed there, unchanged
+    since (any other install removes it).  ``pip install -e .[test]`` of the same tree again is
+    about 8 s of a session and changes nothing."""
+    return Path(os.environ["VIRTUAL_ENV"]) / "shardcompat-ci-base.txt"
 
 
 def _install(session: nox.Session, *packages: str, torch: str = DEFAULT_TORCH,
              fairscale: str | None = None) -> None:
-    _pip(session, f"torch=={torch}")
-    _pip(session, "-e", ".[test]", *packages)
+    base = f"torch=={torch} {Path.cwd()} {hashlib.sha256(Path('pyproject.toml').read_bytes()).hexdigest()}"
+    shared = session.venv_backend == "none"
+    if not (shared and _base_stamp().is_file() and _base_stamp().read_text() == base):
+        _pip(session, f"torch=={torch}")
+        _pip(session, "-e", ".[test]")
+        if shared:
+            _base_stamp().write_text(base)
+    if packages:
+        _pip(session, *packages)
     if fairscale:
         # fairscale builds from source against the installed torch (no build isolation, which
         # would fetch another torch); before 0.4 it uses numpy without declaring it.  Every
         # release builds with the setuptools torch itself needs (>= 77 for torch 2.13/2.14).
-        _pip(session, "setuptools", "wheel", "numpy")
-        _pip(session, "--no-build-isolation", f"fairscale=={fairscale}")
+        # Both are already satisfied but fairscale: the base install stands.
+        _pip(session, "setuptools", "wheel", "numpy", keeps_base=True)
+        _pip(session, "--no-build-isolation", f"fairscale=={fairscale}", keeps_base=True)
     elif session.venv_backend == "none":  # a shared venv's earlier session may have installed it
         session.run("python", "-m", "pip", "uninstall", "-q", "-y", "fairscale")
 
