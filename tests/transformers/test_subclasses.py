@@ -127,34 +127,48 @@ def _run(command: list[str], out: Path, env: dict[str, str] | None = None) -> di
     return {"code": done.returncode, "output": done.stdout + done.stderr, "out": out}
 
 
+class Runs:
+    """The module's runs, each started when a test first reads it: a test selected alone (as
+    ``transformers(current-fairscale)`` selects ``simple``) starts only the runs it compares."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.ported = root / "run_subclass_ported.py"
+        self.ported.write_text(port(SCRIPT.read_text()) if not LEGACY_RELEASE else SCRIPT.read_text())
+        self.done: dict[str, dict[str, Any]] = {}
+
+    def __getitem__(self, name: str) -> dict[str, Any]:
+        if name not in self.done:
+            self.done[name] = self._start(name)
+        return self.done[name]
+
+    def _start(self, name: str) -> dict[str, Any]:
+        out = self.root / name
+        given = {"OPTIMIZER_GIVEN": "1"}  # Trainer(optimizers=(AdamW(...), None)), no sharding: stock on both sides
+        stock = [*TORCHRUN, str(self.ported), *FLAGS, "--eval_strategy", "steps", "--use_cpu", "--output_dir", str(out)]
+        ours = [sys.executable, "-m", "shardcompat", "run", "--nproc", "2", str(SCRIPT), *FLAGS,
+                "--evaluation_strategy", "steps", "--output_dir", str(out)]
+        if name == "stock":
+            return _run(stock, out)
+        if name == "stock-given":
+            return _run(stock, out, given)
+        if name == "none-given":
+            return _run(ours, out, given)
+        if name == "migrated":
+            migrated, reported = migrate(self.root)
+            run = _run([*TORCHRUN, str(migrated), *FLAGS, "--eval_strategy", "steps", "--use_cpu",
+                        "--output_dir", str(out)], out)
+            return {**run, "reported": reported}
+        words = SHARDINGS[name]
+        return _run([*ours, *(["--sharded_ddp", *words] if words else [])], out)
+
+
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    root = tmp_path_factory.mktemp("subclasses")
-    ported = root / "run_subclass_ported.py"
-    ported.write_text(port(SCRIPT.read_text()) if not LEGACY_RELEASE else SCRIPT.read_text())
-    results = {"stock": _run([*TORCHRUN, str(ported), *FLAGS, "--eval_strategy", "steps", "--use_cpu",
-                              "--output_dir", str(root / "stock")], root / "stock")}
-    if not LEGACY_RELEASE:
-        migrated, reported = migrate(root)
-        results["migrated"] = _run([*TORCHRUN, str(migrated), *FLAGS, "--eval_strategy", "steps", "--use_cpu",
-                                    "--output_dir", str(root / "migrated-out")], root / "migrated-out")
-        results["migrated"]["reported"] = reported
-    given = {"OPTIMIZER_GIVEN": "1"}  # Trainer(optimizers=(AdamW(...), None)), no sharding: stock on both sides
-    results["stock-given"] = _run([*TORCHRUN, str(ported), *FLAGS, "--eval_strategy", "steps", "--use_cpu",
-                                   "--output_dir", str(root / "stock-given")], root / "stock-given", given)
-    results["none-given"] = _run([sys.executable, "-m", "shardcompat", "run", "--nproc", "2", str(SCRIPT), *FLAGS,
-                                  "--evaluation_strategy", "steps", "--output_dir", str(root / "none-given")],
-                                 root / "none-given", given)
-    for name, words in SHARDINGS.items():
-        results[name] = _run(
-            [sys.executable, "-m", "shardcompat", "run", "--nproc", "2", str(SCRIPT), *FLAGS,
-             "--evaluation_strategy", "steps", "--output_dir", str(root / name),
-             *(["--sharded_ddp", *words] if words else [])],
-            root / name)
-    return results
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
+    return Runs(tmp_path_factory.mktemp("subclasses"))
 
 
-def _results(runs: dict[str, dict[str, Any]], name: str) -> list[dict[str, Any]]:
+def _results(runs: Runs, name: str) -> list[dict[str, Any]]:
     run = runs[name]
     assert run["code"] == 0, run["output"][-6000:]
     return [json.loads((run["out"] / f"result-{rank}.json").read_text()) for rank in (0, 1)]
@@ -168,7 +182,7 @@ def _close(a: list[float], b: list[float], tol: float) -> bool:
 @pytest.mark.timeout(900)
 @pytest.mark.skipif(LEGACY_RELEASE, reason="this release has the 4.x override protocol itself: nothing to serve")
 @pytest.mark.parametrize("name", list(SHARDINGS))
-def test_a_4x_subclass_runs_unchanged_and_trains_as_its_port_on_stock_ddp(runs: dict[str, Any], name: str) -> None:
+def test_a_4x_subclass_runs_unchanged_and_trains_as_its_port_on_stock_ddp(runs: Runs, name: str) -> None:
     stock, sharded = _results(runs, "stock"), _results(runs, name)
     for a, b in zip(stock, sharded):  # each rank's own micro-batches
         assert len(a["losses"]) == 8, a["losses"]
@@ -193,7 +207,7 @@ def test_a_4x_subclass_runs_unchanged_and_trains_as_its_port_on_stock_ddp(runs: 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.skipif(LEGACY_RELEASE, reason="this release has the 4.x override protocol itself: nothing to serve")
-def test_an_optimizer_given_to_the_trainer_without_sharding_trains_as_stock(runs: dict[str, Any]) -> None:
+def test_an_optimizer_given_to_the_trainer_without_sharding_trains_as_stock(runs: Runs) -> None:
     for a, b in zip(_results(runs, "stock-given"), _results(runs, "none-given")):
         assert len(a["losses"]) == 8 and a["losses"] == b["losses"], (a["losses"], b["losses"])
         assert a["eval"] == b["eval"] and a["optimizer"] == b["optimizer"] == "given"
@@ -224,7 +238,7 @@ def _reads_4x_sharding_as_4_30(name: str, results: list[dict[str, Any]]) -> None
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.skipif(LEGACY_RELEASE, reason="this release has the 4.x override protocol itself: nothing to migrate")
-def test_the_migrated_subclass_trains_on_stock_transformers_as_its_hand_port(runs: dict[str, Any]) -> None:
+def test_the_migrated_subclass_trains_on_stock_transformers_as_its_hand_port(runs: Runs) -> None:
     """shardcompat-migrate --transformers-legacy writes today's overrides and calls; what it reports
     is what a person still decides (the sharded_ddp branch, the metrics today's release does not pass,
     the 4.x internals), and with those edits the script trains on stock torchrun as the hand port."""
