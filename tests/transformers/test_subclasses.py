@@ -155,7 +155,8 @@ class Runs:
         if name == "none-given":
             return _run(ours, out, given)
         if name == "migrated":
-            migrated, reported = migrate(self.root)
+            migrated, reported = migrate(self.root)  # the copy goes to root/migrated, its output beside it
+            out = self.root / "migrated-out"
             run = _run([*TORCHRUN, str(migrated), *FLAGS, "--eval_strategy", "steps", "--use_cpu",
                         "--output_dir", str(out)], out)
             return {**run, "reported": reported}
