@@ -32,8 +32,9 @@ def install() -> None:
         _installed = True
 
 
-def _running_gloo_threads() -> int | None:
-    """How many of torch's gloo threads are running or runnable; ``None`` where ``/proc`` cannot tell."""
+def _running_gloo_threads(name_part: str = "gloo") -> int | None:
+    """How many of torch's gloo threads (``name_part`` in their name) are running or runnable;
+    ``None`` where ``/proc`` cannot tell."""
     try:
         tasks = os.listdir("/proc/self/task")
     except OSError:
@@ -46,7 +47,7 @@ def _running_gloo_threads() -> int | None:
         except OSError:
             continue  # the thread has just ended
         name, state = stat[stat.find("(") + 1 : stat.rfind(")")], stat[stat.rfind(")") + 2 : stat.rfind(")") + 3]
-        if "gloo" in name and state == "R":
+        if name_part in name and state == "R":
             running += 1
     return running
 

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="re
 
 _SCRIPT = textwrap.dedent(
     """
-    import os, torch, torch.distributed as dist
+    import torch, torch.distributed as dist
     from shardcompat._exit_guard import _running_gloo_threads, wait_for_idle_gloo_threads
 
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
@@ -28,11 +28,7 @@ _SCRIPT = textwrap.dedent(
     wait_for_idle_gloo_threads(limit=60)
     # The collective's own threads; gloo's transport loop (gloo_tcp_loop) holds no tensor and
     # wakes on its own at any time (once seen running here on a busy machine).
-    workers = 0
-    for task in os.listdir("/proc/self/task"):
-        stat = open(f"/proc/self/task/{task}/stat").read()
-        workers += "pt_gloo" in stat[: stat.rfind(")")] and stat[stat.rfind(")") + 2] == "R"
-    print("after", workers, "done", work.is_completed())
+    print("after", _running_gloo_threads("pt_gloo"), "done", work.is_completed())
     """
 )
 
